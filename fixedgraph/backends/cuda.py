@@ -1,0 +1,165 @@
+"""The CUDA backend: programs as eager launch loops or explicitly built CUDA graphs.
+
+Talks to the driver only through the Cython runtime (fixedgraph._driver, fixedgraph._graph).
+Modules are loaded from the committed PTX on first use of one of their entries.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from fixedgraph import ptx as ptxmod
+from fixedgraph.backends.base import (Arena, Bound, BoundCopy, BoundLaunch, HostBuffer, LaunchFault,
+                                      bind, describe_launch)
+from fixedgraph.errors import CudaError
+from fixedgraph.layout import ArenaPlan
+from fixedgraph.program import Program
+
+_STATIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
+
+
+def _driver():
+    from fixedgraph import _driver  # the compiled extension; imported lazily for clear errors
+
+    return _driver
+
+
+class CudaDevice:
+    kind = "cuda"
+
+    def __init__(self, ordinal: int = 0) -> None:
+        from fixedgraph import _graph
+
+        self.drv = _driver()
+        self._graphmod = _graph
+        self.ordinal = ordinal
+        self.ctx = self.drv.init(ordinal)
+        self.stream = self.drv.stream_create(True)
+        self._modules: dict[str, int] = {}
+        self._functions: dict[str, int] = {}
+        self._shared_optin: dict[str, int] = {}
+        self._host: list[int] = []
+        self._props = self.drv.device_properties(ordinal)
+
+    def properties(self) -> dict:
+        return dict(self._props)
+
+    # memory
+    def alloc(self, nbytes: int) -> int:
+        return self.drv.mem_alloc(nbytes)
+
+    def free(self, addr: int) -> None:
+        self.drv.mem_free(addr)
+
+    def alloc_host(self, nbytes: int, mapped: bool = True) -> HostBuffer:
+        h, d = self.drv.host_alloc(nbytes, mapped)
+        self._host.append(h)
+        array = np.frombuffer((ctypes.c_uint8 * max(nbytes, 1)).from_address(h), dtype=np.uint8)[:nbytes]
+        return HostBuffer(array, d, h)
+
+    def write(self, addr: int, data) -> None:
+        arr = np.ascontiguousarray(data)
+        self.drv.memcpy_htod(addr, arr.ctypes.data, arr.nbytes)
+
+    def read(self, addr: int, nbytes: int) -> bytes:
+        out = np.empty(nbytes, dtype=np.uint8)
+        self.drv.memcpy_dtoh(out.ctypes.data, addr, nbytes)
+        return out.tobytes()
+
+    def memset(self, addr: int, byte: int, nbytes: int) -> None:
+        self.drv.memset_d8(addr, byte, nbytes)
+
+    def arena(self, plan: ArenaPlan) -> Arena:
+        return Arena(self, plan)
+
+    def synchronize(self) -> None:
+        self.drv.stream_synchronize(self.stream)
+
+    # kernels
+    def function(self, module: str, entry: str) -> int:
+        f = self._functions.get(entry)
+        if f is None:
+            if module not in self._modules:
+                path = ptxmod.module_paths()[module]
+                try:
+                    self._modules[module] = self.drv.module_load(path.read_bytes())
+                except CudaError as exc:
+                    raise CudaError(f"loading {path.name}", exc.code, exc.name, exc.text, detail=exc.detail) from None
+            f = self._functions[entry] = self.drv.module_function(self._modules[module], entry)
+        return f
+
+    def function_attributes(self, entry: str) -> dict:
+        module, _ = ptxmod.find_entry(entry)
+        return self.drv.function_attributes(self.function(module, entry))
+
+    def _prepare(self, op: BoundLaunch) -> int:
+        f = self.function(op.module, op.entry.name)
+        if op.op.shared > _STATIC_SHARED_LIMIT and self._shared_optin.get(op.entry.name, 0) < op.op.shared:
+            self.drv.function_set_max_dynamic_shared(f, op.op.shared)
+            self._shared_optin[op.entry.name] = op.op.shared
+        return f
+
+    # programs
+    def bind(self, program: Program, arena: Arena, host=None, staging=None) -> Bound:
+        bound = bind(program, arena, host, staging)
+        bound.oplist = self._oplist(bound)
+        return bound
+
+    def _oplist(self, bound: Bound):
+        ops = self._graphmod.OpList()
+        for op in bound.ops:
+            if isinstance(op, BoundLaunch):
+                ops.add_kernel(self._prepare(op), op.op.grid, op.op.block, op.op.shared, op.packed, op.offsets)
+            else:
+                ops.add_copy(op.dst, op.src, op.op.nbytes, op.src_is_host)
+        return ops
+
+    def _fault(self, bound: Bound, exc: CudaError) -> Exception:
+        i = exc.op_index
+        if i is None or i >= len(bound.ops):
+            return exc
+        op = bound.ops[i]
+        where = describe_launch(i, op) if isinstance(op, BoundLaunch) else f"op {i} copy {op.op.label}"
+        return LaunchFault(f"{where}: {exc.name} ({exc.code})")
+
+    def run(self, bound: Bound, checked: bool = False) -> None:
+        """Launch every op eagerly through the Cython loop; ``checked`` pins faults to an op."""
+        try:
+            bound.oplist.run(self.stream, checked)
+        except CudaError as exc:
+            raise self._fault(bound, exc) from None
+
+    def graph(self, bound: Bound) -> "CudaGraph":
+        return CudaGraph(self, bound)
+
+
+class CudaGraph:
+    """An instantiated graph of a bound program, with in-place node patching."""
+
+    def __init__(self, device: CudaDevice, bound: Bound) -> None:
+        self.device = device
+        # The graph owns its own packed ops so patching it never changes the eager program.
+        self.bound = Bound(bound.program, list(bound.ops), bound.resolve)
+        self.ops = device._oplist(self.bound)
+        self.exe = device._graphmod.GraphExec(self.ops, device.ctx, device.stream)
+        self.num_nodes = self.exe.num_nodes
+
+    def launch(self) -> None:
+        self.exe.launch(self.device.stream)
+
+    def patch(self, index: int, args=None, grid=None) -> None:
+        new = self.bound.repack(index, args=args, grid=grid)
+        self.ops.set_kernel_args(index, new.packed)
+        self.ops.set_kernel_grid(index, new.op.grid)
+        self.exe.patch(index)
+
+    def set_staging_src(self, index: int, host_addr: int) -> None:
+        self.ops.set_copy_src(index, host_addr)
+        self.exe.patch(index)
+
+    def launch_staged(self, copy_index: int, host_addr: int) -> None:
+        self.exe.launch_staged(copy_index, host_addr, self.device.stream)
+
+    def dot(self, path: str) -> None:
+        self.exe.debug_dot(path)

@@ -1,0 +1,124 @@
+"""The reference backend: the same programs, run by numpy twins over a byte arena.
+
+It has the CUDA backend's interface (arenas, host buffers, eager and checked runs, graphs that
+record and replay, node patching) so that every layer above runs unchanged without a GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fixedgraph.argpack import unpack_args
+from fixedgraph.backends.base import (Arena, Bound, BoundCopy, BoundLaunch, HostBuffer, LaunchFault,
+                                      bind, describe_launch)
+from fixedgraph.backends.reference import twins as _twins
+from fixedgraph.backends.reference.memory import MemoryFault, RefMemory
+from fixedgraph.errors import PtxError
+from fixedgraph.layout import ArenaPlan
+from fixedgraph.program import Program
+
+
+class ReferenceDevice:
+    kind = "reference"
+
+    def __init__(self) -> None:
+        self.mem = RefMemory()
+        self.twins = _twins.load_all()
+
+    def properties(self) -> dict:
+        return {"name": "reference (numpy)", "sm_count": 1, "total_memory": 0, "cc_major": 0, "cc_minor": 0}
+
+    # memory
+    def alloc(self, nbytes: int) -> int:
+        return self.mem.alloc(nbytes)
+
+    def free(self, addr: int) -> None:
+        self.mem.free(addr)
+
+    def alloc_host(self, nbytes: int, mapped: bool = True) -> HostBuffer:
+        addr = self.mem.alloc(nbytes)
+        # One buffer seen from both sides, like device-mapped pinned memory.
+        return HostBuffer(self.mem.view(addr, np.uint8, nbytes), addr if mapped else 0, addr)
+
+    def write(self, addr: int, data) -> None:
+        self.mem.write(addr, data)
+
+    def read(self, addr: int, nbytes: int) -> bytes:
+        return self.mem.read(addr, nbytes)
+
+    def memset(self, addr: int, byte: int, nbytes: int) -> None:
+        self.mem.memset(addr, byte, nbytes)
+
+    def arena(self, plan: ArenaPlan) -> Arena:
+        return Arena(self, plan)
+
+    def synchronize(self) -> None:
+        pass
+
+    # programs
+    def bind(self, program: Program, arena: Arena, host=None, staging=None) -> Bound:
+        bound = bind(program, arena, host, staging)
+        for op in bound.ops:
+            if isinstance(op, BoundLaunch) and op.entry.name not in self.twins:
+                raise PtxError(f"kernel {op.entry.name} has no numpy twin in fixedgraph.backends.reference.twins")
+        return bound
+
+    def _run_op(self, index: int, op) -> None:
+        if isinstance(op, BoundCopy):
+            try:
+                self.mem.copy(op.dst, op.src, op.op.nbytes)
+            except MemoryFault as exc:
+                raise LaunchFault(f"op {index} copy {op.op.label or ''}: {exc}") from None
+            return
+        # Floats as the kernel sees them (rounded to the parameter's width, from the packed bytes);
+        # integers as the caller gave them, since PTX parameters carry no signedness.
+        unpacked = unpack_args(op.entry, op.packed)
+        values = [u if isinstance(u, float) else v for u, v in zip(unpacked, op.values)]
+        try:
+            self.twins[op.entry.name](self.mem, op.op.grid, op.op.block, *values)
+        except MemoryFault as exc:
+            raise LaunchFault(f"{describe_launch(index, op)}: {exc}") from None
+
+    def run(self, bound: Bound, checked: bool = False) -> None:
+        """Run every op in order (the reference backend is always 'checked')."""
+        for i, op in enumerate(bound.ops):
+            self._run_op(i, op)
+
+    def graph(self, bound: Bound) -> "ReferenceGraph":
+        return ReferenceGraph(self, bound)
+
+
+class ReferenceGraph:
+    """Records a bound program at build time; replays the recording; patches only it."""
+
+    def __init__(self, device: ReferenceDevice, bound: Bound) -> None:
+        self.device = device
+        self.bound = Bound(bound.program, list(bound.ops), bound.resolve)  # private copy
+        self.num_nodes = len(self.bound.ops)
+
+    def launch(self) -> None:
+        for i, op in enumerate(self.bound.ops):
+            self.device._run_op(i, op)
+
+    def patch(self, index: int, args=None, grid=None) -> None:
+        self.bound.repack(index, args=args, grid=grid)
+
+    def set_staging_src(self, index: int, host_addr: int) -> None:
+        op = self.bound.ops[index]
+        if not isinstance(op, BoundCopy):
+            raise ValueError(f"op {index} is a launch, not a copy")
+        self.bound.ops[index] = BoundCopy(op.op, op.dst, host_addr, op.src_is_host)
+
+    def launch_staged(self, copy_index: int, host_addr: int) -> None:
+        self.set_staging_src(copy_index, host_addr)
+        self.launch()
+
+    def dot(self, path: str) -> None:
+        lines = ["digraph fixedgraph {"]
+        for i, op in enumerate(self.bound.ops):
+            name = op.entry.name if isinstance(op, BoundLaunch) else f"copy {op.op.nbytes}B"
+            lines.append(f'  n{i} [label="{i}: {name}"];')
+            if i:
+                lines.append(f"  n{i - 1} -> n{i};")
+        lines.append("}")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")

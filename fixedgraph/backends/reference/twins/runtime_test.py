@@ -1,0 +1,47 @@
+"""Twins of ptx/src/runtime_test.cu."""
+from __future__ import annotations
+
+import numpy as np
+
+from fixedgraph.backends.reference.twins import twin
+
+
+@twin("copy_f32")
+def copy_f32(mem, grid, block, dst, src, n):
+    mem.view(dst, np.float32, n)[:] = mem.view(src, np.float32, n)
+
+
+@twin("axpy_f32")
+def axpy_f32(mem, grid, block, y, x, a, n):
+    yv = mem.view(y, np.float32, n)
+    # fmaf: one rounding of a*x + y, which float64 then float32 reproduces exactly here.
+    yv[:] = (np.float64(np.float32(a)) * mem.view(x, np.float32, n) + yv).astype(np.float32)
+
+
+@twin("reduce_rows_f64")
+def reduce_rows_f64(mem, grid, block, out, x, n):
+    rows = grid[0]
+    data = mem.view(x, np.float32, rows * n).reshape(rows, n).astype(np.float64)
+    mem.view(out, np.float64, rows)[:] = data.sum(axis=1)
+
+
+@twin("scalars_probe")
+def scalars_probe(mem, grid, block, out, a, b, c, d, e, f):
+    mem.view(out, np.float64, 6)[:] = [a, b, c, d, e, f]
+
+
+@twin("store_u32")
+def store_u32(mem, grid, block, out, value):
+    mem.view(out, np.uint32, 1)[0] = value
+
+
+@twin("record_meta")
+def record_meta(mem, grid, block, log, meta, n):
+    idx, value = (int(v) for v in mem.view(meta, np.uint32, 2))
+    if idx < n:
+        mem.view(log, np.uint32, n)[idx] = value
+
+
+@twin("noop")
+def noop(mem, grid, block):
+    pass

@@ -1,0 +1,296 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Packed operation lists, run eagerly in a nogil loop or as an explicitly built CUDA graph.
+
+An ``OpList`` holds every launch's argument bytes packed once (offsets from the PTX parameter
+list) and a ``void*`` per parameter pointing into them, so a launch costs no Python. A
+``GraphExec`` adds one node per op (``cuGraphAddKernelNode`` / ``cuGraphAddMemcpyNode``) in a
+dependency chain, instantiates and uploads once, and patches nodes in place afterwards
+(``cuGraphExecKernelNodeSetParams``, ``cuGraphExecMemcpyNodeSetParams``): never a re-capture.
+"""
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memset
+from cuda.bindings cimport cydriver
+from cuda.bindings.cydriver cimport CUresult, CUdeviceptr
+
+from fixedgraph.errors import CudaError
+from fixedgraph._driver import result_name
+
+cdef enum OpKind:
+    KERNEL = 0
+    COPY_D2D = 1
+    COPY_H2D = 2
+
+
+cdef struct Op:
+    int kind
+    cydriver.CUfunction func
+    unsigned int grid[3]
+    unsigned int block[3]
+    unsigned int shared
+    char* argbuf          # packed parameter bytes (owned)
+    void** params         # one pointer per parameter into argbuf (owned)
+    int nparams
+    CUdeviceptr dst
+    CUdeviceptr src
+    size_t src_host
+    size_t nbytes
+
+
+cdef inline CUresult _launch(Op* op, cydriver.CUstream s) noexcept nogil:
+    if op.kind == KERNEL:
+        return cydriver.cuLaunchKernel(op.func, op.grid[0], op.grid[1], op.grid[2], op.block[0],
+                                       op.block[1], op.block[2], op.shared, s, op.params, NULL)
+    if op.kind == COPY_D2D:
+        return cydriver.cuMemcpyDtoDAsync(op.dst, op.src, op.nbytes, s)
+    return cydriver.cuMemcpyHtoDAsync(op.dst, <const void*>op.src_host, op.nbytes, s)
+
+
+cdef class OpList:
+    cdef Op* ops
+    cdef public int n
+    cdef int cap
+
+    def __cinit__(self):
+        self.ops = NULL
+        self.n = 0
+        self.cap = 0
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(self.n):
+            free(self.ops[i].argbuf)
+            free(self.ops[i].params)
+        free(self.ops)
+
+    cdef Op* _push(self) except NULL:
+        if self.n == self.cap:
+            self.cap = max(16, self.cap * 2)
+            self.ops = <Op*>realloc(self.ops, self.cap * sizeof(Op))
+            if self.ops == NULL:
+                raise MemoryError()
+        memset(&self.ops[self.n], 0, sizeof(Op))
+        self.n += 1
+        return &self.ops[self.n - 1]
+
+    cdef Op* _get(self, int i) except NULL:
+        if i < 0 or i >= self.n:
+            raise IndexError(f"op index {i} out of range for {self.n} ops")
+        return &self.ops[i]
+
+    def add_kernel(self, size_t func, grid, block, unsigned int shared, bytes args, offsets):
+        cdef Op* op = self._push()
+        cdef int i
+        cdef size_t size = len(args)
+        op.kind = KERNEL
+        op.func = <cydriver.CUfunction>func
+        for i in range(3):
+            op.grid[i] = grid[i]
+            op.block[i] = block[i]
+        op.shared = shared
+        op.nparams = len(offsets)
+        op.argbuf = <char*>malloc(size if size else 1)
+        op.params = <void**>malloc((op.nparams if op.nparams else 1) * sizeof(void*))
+        if op.argbuf == NULL or op.params == NULL:
+            raise MemoryError()
+        memcpy(op.argbuf, <const char*>args, size)
+        for i in range(op.nparams):
+            op.params[i] = <void*>(op.argbuf + <size_t>offsets[i])
+        return self.n - 1
+
+    def add_copy(self, size_t dst, size_t src, size_t nbytes, bint src_is_host):
+        cdef Op* op = self._push()
+        op.kind = COPY_H2D if src_is_host else COPY_D2D
+        op.dst = dst
+        op.nbytes = nbytes
+        if src_is_host:
+            op.src_host = src
+        else:
+            op.src = src
+        return self.n - 1
+
+    def set_kernel_args(self, int i, bytes args):
+        """Replace op ``i``'s packed arguments (same layout); graphs see it after ``patch``."""
+        cdef Op* op = self._get(i)
+        if op.kind != KERNEL:
+            raise ValueError(f"op {i} is a copy, not a kernel launch")
+        memcpy(op.argbuf, <const char*>args, len(args))
+
+    def set_kernel_grid(self, int i, grid):
+        cdef Op* op = self._get(i)
+        cdef int k
+        for k in range(3):
+            op.grid[k] = grid[k]
+
+    def set_copy_src(self, int i, size_t src):
+        cdef Op* op = self._get(i)
+        if op.kind == COPY_H2D:
+            op.src_host = src
+        elif op.kind == COPY_D2D:
+            op.src = src
+        else:
+            raise ValueError(f"op {i} is a kernel launch, not a copy")
+
+    def run(self, size_t stream, bint checked=False):
+        """Launch every op in order on ``stream``. ``checked`` syncs after each op so that a
+        fault is pinned to its op index (CudaError.op_index)."""
+        cdef int i
+        cdef CUresult r = cydriver.CUDA_SUCCESS
+        cdef cydriver.CUstream s = <cydriver.CUstream>stream
+        with nogil:
+            for i in range(self.n):
+                r = _launch(&self.ops[i], s)
+                if r == cydriver.CUDA_SUCCESS and checked:
+                    r = cydriver.cuStreamSynchronize(s)
+                if r != cydriver.CUDA_SUCCESS:
+                    break
+        if r != cydriver.CUDA_SUCCESS:
+            raise CudaError("cuLaunchKernel" if self.ops[i].kind == KERNEL else "cuMemcpyAsync",
+                            <int>r, result_name(<int>r), "", op_index=i)
+
+    def run_repeat(self, size_t stream, int times):
+        """Launch the whole list ``times`` times with no Python in between (benchmarks)."""
+        cdef int t, i
+        cdef CUresult r = cydriver.CUDA_SUCCESS
+        cdef cydriver.CUstream s = <cydriver.CUstream>stream
+        with nogil:
+            for t in range(times):
+                for i in range(self.n):
+                    r = _launch(&self.ops[i], s)
+                    if r != cydriver.CUDA_SUCCESS:
+                        break
+                if r != cydriver.CUDA_SUCCESS:
+                    break
+        if r != cydriver.CUDA_SUCCESS:
+            raise CudaError("cuLaunchKernel", <int>r, result_name(<int>r), "", op_index=i)
+
+
+cdef void _fill_kernel_params(cydriver.CUDA_KERNEL_NODE_PARAMS* p, Op* op) noexcept nogil:
+    memset(p, 0, sizeof(cydriver.CUDA_KERNEL_NODE_PARAMS))
+    p.func = op.func
+    p.gridDimX = op.grid[0]
+    p.gridDimY = op.grid[1]
+    p.gridDimZ = op.grid[2]
+    p.blockDimX = op.block[0]
+    p.blockDimY = op.block[1]
+    p.blockDimZ = op.block[2]
+    p.sharedMemBytes = op.shared
+    p.kernelParams = op.params
+
+
+cdef void _fill_copy_params(cydriver.CUDA_MEMCPY3D* c, Op* op) noexcept nogil:
+    memset(c, 0, sizeof(cydriver.CUDA_MEMCPY3D))
+    if op.kind == COPY_H2D:
+        c.srcMemoryType = cydriver.CU_MEMORYTYPE_HOST
+        c.srcHost = <const void*>op.src_host
+    else:
+        c.srcMemoryType = cydriver.CU_MEMORYTYPE_DEVICE
+        c.srcDevice = op.src
+    c.dstMemoryType = cydriver.CU_MEMORYTYPE_DEVICE
+    c.dstDevice = op.dst
+    c.WidthInBytes = op.nbytes
+    c.Height = 1
+    c.Depth = 1
+
+
+cdef class GraphExec:
+    """An instantiated CUDA graph of an OpList, one node per op, chained in op order."""
+    cdef cydriver.CUgraph graph
+    cdef cydriver.CUgraphExec exe
+    cdef cydriver.CUgraphNode* nodes
+    cdef OpList ops
+    cdef cydriver.CUcontext ctx
+    cdef public int num_nodes
+
+    def __cinit__(self, OpList ops, size_t ctx, size_t stream):
+        cdef int i
+        cdef Op* op
+        cdef cydriver.CUDA_KERNEL_NODE_PARAMS kp
+        cdef cydriver.CUDA_MEMCPY3D cp
+        cdef cydriver.CUgraphNode* dep
+        cdef CUresult r
+        self.graph = NULL
+        self.exe = NULL
+        self.ops = ops
+        self.ctx = <cydriver.CUcontext>ctx
+        self.num_nodes = ops.n
+        self.nodes = <cydriver.CUgraphNode*>malloc((ops.n if ops.n else 1) * sizeof(cydriver.CUgraphNode))
+        if self.nodes == NULL:
+            raise MemoryError()
+        _check(cydriver.cuGraphCreate(&self.graph, 0), "cuGraphCreate", -1)
+        for i in range(ops.n):
+            op = &ops.ops[i]
+            dep = &self.nodes[i - 1] if i > 0 else NULL
+            if op.kind == KERNEL:
+                _fill_kernel_params(&kp, op)
+                r = cydriver.cuGraphAddKernelNode(&self.nodes[i], self.graph, dep, 1 if i > 0 else 0, &kp)
+                _check(r, "cuGraphAddKernelNode", i)
+            else:
+                _fill_copy_params(&cp, op)
+                r = cydriver.cuGraphAddMemcpyNode(&self.nodes[i], self.graph, dep, 1 if i > 0 else 0, &cp, self.ctx)
+                _check(r, "cuGraphAddMemcpyNode", i)
+        _check(cydriver.cuGraphInstantiate(&self.exe, self.graph, 0), "cuGraphInstantiate", -1)
+        _check(cydriver.cuGraphUpload(self.exe, <cydriver.CUstream>stream), "cuGraphUpload", -1)
+
+    def __dealloc__(self):
+        if self.exe != NULL:
+            cydriver.cuGraphExecDestroy(self.exe)
+        if self.graph != NULL:
+            cydriver.cuGraphDestroy(self.graph)
+        free(self.nodes)
+
+    def launch(self, size_t stream):
+        cdef CUresult r
+        with nogil:
+            r = cydriver.cuGraphLaunch(self.exe, <cydriver.CUstream>stream)
+        _check(r, "cuGraphLaunch", -1)
+
+    def launch_repeat(self, size_t stream, int times):
+        cdef int t
+        cdef CUresult r = cydriver.CUDA_SUCCESS
+        with nogil:
+            for t in range(times):
+                r = cydriver.cuGraphLaunch(self.exe, <cydriver.CUstream>stream)
+                if r != cydriver.CUDA_SUCCESS:
+                    break
+        _check(r, "cuGraphLaunch", -1)
+
+    def patch(self, int i):
+        """Push op ``i``'s current arguments/grid (or copy source) into the instantiated graph.
+        Launches already queued keep the old values; the next launch sees the new ones."""
+        cdef Op* op = self.ops._get(i)
+        cdef cydriver.CUDA_KERNEL_NODE_PARAMS kp
+        cdef cydriver.CUDA_MEMCPY3D cp
+        cdef CUresult r
+        if op.kind == KERNEL:
+            _fill_kernel_params(&kp, op)
+            r = cydriver.cuGraphExecKernelNodeSetParams(self.exe, self.nodes[i], &kp)
+            _check(r, "cuGraphExecKernelNodeSetParams", i)
+        else:
+            _fill_copy_params(&cp, op)
+            r = cydriver.cuGraphExecMemcpyNodeSetParams(self.exe, self.nodes[i], &cp, self.ctx)
+            _check(r, "cuGraphExecMemcpyNodeSetParams", i)
+
+    def launch_staged(self, int copy_index, size_t src_host, size_t stream):
+        """The decode hot path: point staging copy ``copy_index`` at ``src_host`` and launch.
+        Allocates no Python objects."""
+        cdef Op* op = self.ops._get(copy_index)
+        cdef cydriver.CUDA_MEMCPY3D cp
+        cdef CUresult r
+        with nogil:
+            op.src_host = src_host
+            _fill_copy_params(&cp, op)
+            r = cydriver.cuGraphExecMemcpyNodeSetParams(self.exe, self.nodes[copy_index], &cp, self.ctx)
+            if r == cydriver.CUDA_SUCCESS:
+                r = cydriver.cuGraphLaunch(self.exe, <cydriver.CUstream>stream)
+        _check(r, "launch_staged", copy_index)
+
+    def debug_dot(self, str path, bint verbose=True):
+        cdef bytes p = path.encode()
+        _check(cydriver.cuGraphDebugDotPrint(self.graph, p,
+               cydriver.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE if verbose else 0), "cuGraphDebugDotPrint", -1)
+
+
+cdef int _check(CUresult r, str call, int index) except -1:
+    if r != cydriver.CUDA_SUCCESS:
+        raise CudaError(call, <int>r, result_name(<int>r), "", op_index=index if index >= 0 else None)
+    return 0

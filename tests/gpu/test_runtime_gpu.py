@@ -1,0 +1,127 @@
+"""The driver runtime on a real GPU: graphs, patching, staging copies, faults, errors."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from fixedgraph.errors import ArgumentError, CudaError, PtxError
+from fixedgraph.layout import ArenaPlan
+from fixedgraph.program import Program, Ref, Staging
+
+
+def arena(cuda, n=4096):
+    plan = ArenaPlan()
+    for name in ("x", "y", "z"):
+        plan.add(name, (n,), "f32")
+    plan.add("meta", (2,), "u32")
+    plan.add("log", (512,), "u32")
+    return cuda.arena(plan)
+
+
+def test_patch_changes_next_replay_and_only_that_node(cuda, rng):
+    a = arena(cuda)
+    x, y = rng.standard_normal(4096).astype(np.float32), rng.standard_normal(4096).astype(np.float32)
+    a.write("x", x)
+    a.write("y", y)
+    p = Program("patch")
+    p.launch("axpy_f32", 16, 256, [Ref("y"), Ref("x"), 2.0, 4096])
+    p.launch("copy_f32", 16, 256, [Ref("z"), Ref("y"), 4096])
+    bound = cuda.bind(p, a)
+    g = cuda.graph(bound)
+    g.launch()
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("z"), 2 * x + y, rtol=1e-5, atol=1e-6)
+    g.patch(0, args=[Ref("y"), Ref("x"), -1.0, 4096])
+    g.launch()
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("z"), x + y, rtol=1e-5, atol=1e-5)
+    # node 1 was not patched: redirect it and check node 0 kept its patched value
+    g.patch(1, args=[Ref("x"), Ref("y"), 4096])  # now copies y -> x
+    g.launch()
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("x"), (x + y) - x, rtol=1e-4, atol=1e-5)
+    cuda.run(bound)  # eager program is untouched by graph patches (a = 2, copy y -> z)
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("z"), a.read("y"), rtol=0)
+
+
+def test_staging_delivers_per_launch_metadata_when_queued(cuda, rng):
+    a = arena(cuda)
+    a.fill("log", 0xFF)
+    n = 256
+    staging = cuda.alloc_host(8 * n)
+    p = Program("stage")
+    copy = p.copy(Ref("meta"), Staging(0), 8)
+    p.launch("record_meta", 1, 32, [Ref("log"), Ref("meta"), 512])
+    g = cuda.graph(cuda.bind(p, a, staging=staging))
+    values = rng.integers(0, 1 << 31, size=n, dtype=np.uint32)
+    slots = staging.view(np.uint32, 2 * n)
+    for k in range(n):  # queue every launch before any sync: each must see its own slot
+        slots[2 * k : 2 * k + 2] = (k, values[k])
+        g.launch_staged(copy, staging.host_addr + 8 * k)
+    cuda.synchronize()
+    assert np.array_equal(a.read("log")[:n], values)
+
+
+def test_mapped_host_memory_is_written_by_kernels(cuda, rng):
+    a = arena(cuda)
+    ring = cuda.alloc_host(4 * 512, mapped=True)
+    ring.view(np.uint32)[:] = 0
+    a.write("meta", np.array([7, 12345], dtype=np.uint32))
+    p = Program("mapped")
+    p.launch("record_meta", 1, 32, [ring.device_addr, Ref("meta"), 512])
+    cuda.run(cuda.bind(p, a))
+    cuda.synchronize()
+    assert ring.view(np.uint32)[7] == 12345  # read from host memory, no copy call
+
+
+def test_fault_in_checked_mode_names_launch(cuda):
+    code = textwrap.dedent("""
+        from fixedgraph.backends.cuda import CudaDevice
+        from fixedgraph.backends.base import LaunchFault
+        from fixedgraph.layout import ArenaPlan
+        from fixedgraph.program import Program, Ref
+        d = CudaDevice(0)
+        plan = ArenaPlan(); plan.add("x", (64,), "f32"); plan.add("y", (64,), "f32")
+        a = d.arena(plan)
+        p = Program("fault")
+        p.launch("copy_f32", 1, 64, [Ref("x"), Ref("y"), 64], label="fine")
+        p.launch("store_u32", 1, 32, [0x10, 5], label="deliberate fault")
+        try:
+            d.run(d.bind(p, a), checked=True)
+        except LaunchFault as e:
+            print("FAULT:", e)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "FAULT: op 1 kernel store_u32 [deliberate fault]" in out.stdout, out.stdout + out.stderr
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in out.stdout
+
+
+def test_bad_ptx_reports_jit_log(cuda):
+    from fixedgraph import _driver
+
+    bad = b".version 9.0\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\n  bogus.instr %r1;\n}\n"
+    with pytest.raises(CudaError) as info:
+        _driver.module_load(bad)
+    assert info.value.name.startswith("CUDA_ERROR_") and "bogus" in str(info.value)
+
+
+def test_unknown_entry_and_wrong_args(cuda):
+    a = arena(cuda)
+    p = Program("bad")
+    p.launch("not_a_kernel", 1, 1, [])
+    with pytest.raises(PtxError, match="not_a_kernel"):
+        cuda.bind(p, a)
+    q = Program("badargs")
+    q.launch("axpy_f32", 1, 1, [Ref("y"), Ref("x"), "2.0", 10])
+    with pytest.raises(ArgumentError, match="axpy_f32.*#2"):
+        cuda.bind(q, a)
+
+
+def test_device_properties(cuda):
+    props = cuda.properties()
+    assert props["sm_count"] > 0 and props["total_memory"] > 0 and props["cc_major"] >= 7
+    attrs = cuda.function_attributes("copy_f32")
+    assert attrs["local_bytes"] == 0 and attrs["num_regs"] > 0

@@ -1,0 +1,48 @@
+"""Cases for the runtime's own test kernels (ptx/src/runtime_test.cu)."""
+import numpy as np
+
+from fixedgraph.program import Program, Ref
+from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison
+
+
+@kernel_case("copy_f32")
+def copy_case(rng):
+    n = int(rng.integers(1, 300_000))
+    p = Program("copy")
+    p.launch("copy_f32", (min(1024, (n + 255) // 256),), (256,), [Ref("dst"), Ref("src"), n])
+    src = Buffer(rng.standard_normal(n).astype(np.float32), "f32")
+    return KernelCase("copy_f32", p, {"src": src, "dst": poison(n, "f32")}, {"dst": Check()},
+                      reference=lambda v: {"dst": v["src"]})
+
+
+@kernel_case("axpy_f32")
+def axpy_case(rng):
+    n = int(rng.integers(1, 100_000))
+    a = float(np.float32(rng.standard_normal()))
+    p = Program("axpy")
+    p.launch("axpy_f32", (37,), (128,), [Ref("y"), Ref("x"), a, n])  # a grid that does not divide n
+    x = Buffer(rng.standard_normal(n).astype(np.float32), "f32")
+    y = Buffer(rng.standard_normal(n).astype(np.float32), "f32")
+    return KernelCase("axpy_f32", p, {"x": x, "y": y}, {"y": Check(atol=1e-6, rtol=1e-6)},
+                      reference=lambda v: {"y": a * v["x"].astype(np.float64) + v["y"]})
+
+
+@kernel_case("reduce_rows_f64")
+def reduce_case(rng):
+    rows, n = int(rng.integers(1, 40)), int(rng.integers(1, 5000))
+    p = Program("reduce")
+    p.launch("reduce_rows_f64", (rows,), (256,), [Ref("out"), Ref("x"), n])
+    x = Buffer(rng.standard_normal((rows, n)).astype(np.float32), "f32")
+    return KernelCase("reduce_rows_f64", p, {"x": x, "out": poison(rows, "f64")}, {"out": Check(rtol=1e-12, atol=1e-9)},
+                      reference=lambda v: {"out": v["x"].astype(np.float64).sum(axis=1)})
+
+
+@kernel_case("scalars_probe")
+def scalars_case(rng):
+    vals = [int(rng.integers(0, 256)), int(rng.integers(-32768, 32768)), float(np.float32(rng.standard_normal())),
+            int(rng.integers(-(1 << 62), 1 << 62)), int(rng.integers(0, 1 << 32)), float(rng.standard_normal())]
+    p = Program("scalars")
+    p.launch("scalars_probe", (1,), (32,), [Ref("out"), *vals])
+    expected = np.array([vals[0], vals[1], vals[2], float(vals[3]), vals[4], vals[5]], dtype=np.float64)
+    return KernelCase("scalars_probe", p, {"out": poison(6, "f64")}, {"out": Check()},
+                      reference=lambda v: {"out": expected})

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Everything the GPU machine must do, in one call: build in place, run tests/gpu, run them again
+# under compute-sanitizer memcheck, run the benchmarks. Logs and JSON go under $OUT; a short
+# table is printed last.
+#
+#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime model all (default all)
+set -u
+OUT=${OUT:-/tmp/fixedgraph_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+stages=${*:-all}
+want() { [[ " $stages " == *" all "* || " $stages " == *" $1 "* ]]; }
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+# Packages the GPU machine lacks travel as wheels in .whl/ (see docs/GPU.md).
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+t0=$(date +%s)
+if ! python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+fi
+note "build ok in $(( $(date +%s) - t0 ))s; $(head -2 "$OUT/gpu.txt" | tail -1)"
+
+if want tests; then
+  python3 -m pytest tests/gpu -q -rs -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
+  note "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"
+  grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20
+fi
+if want memcheck; then
+  timeout 420 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+    python3 -m pytest tests/gpu -q -p no:cacheprovider -k "not fault and not model" > "$OUT/memcheck.log" 2>&1
+  rc=$?
+  note "memcheck rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1) / $(grep -E 'passed|failed' "$OUT/memcheck.log" | tail -1)"
+fi
+if want runtime; then
+  python3 tools/bench_runtime.py --json "$OUT/bench_runtime.json" > "$OUT/bench_runtime.log" 2>&1
+  note "bench_runtime rc=$?"
+  cat "$OUT/bench_runtime.log"
+fi
+if want model && [ -f tools/bench.py ]; then
+  python3 tools/bench.py --json "$OUT/bench_model.json" ${BENCH_ARGS:-} > "$OUT/bench_model.log" 2>&1
+  note "bench model rc=$?"
+  tail -30 "$OUT/bench_model.log"
+fi
+echo
+echo "================ summary ================"
+printf '%s\n' "${summary[@]}"
