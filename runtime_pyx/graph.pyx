@@ -284,6 +284,22 @@ cdef class GraphExec:
                 r = cydriver.cuGraphLaunch(self.exe, <cydriver.CUstream>stream)
         _check(r, "launch_staged", copy_index)
 
+    def launch_with_u64(self, int op_index, int param_index, unsigned long long value, size_t stream):
+        """The decode hot path: set one 64-bit parameter (e.g. the staging slot pointer of
+        ``stage_meta``) of kernel op ``op_index``, patch that node, launch. No Python objects."""
+        cdef Op* op = self.ops._get(op_index)
+        cdef cydriver.CUDA_KERNEL_NODE_PARAMS kp
+        cdef CUresult r
+        if op.kind != KERNEL or param_index < 0 or param_index >= op.nparams:
+            raise ValueError(f"op {op_index} has no kernel parameter {param_index}")
+        with nogil:
+            memcpy(op.params[param_index], &value, 8)
+            _fill_kernel_params(&kp, op)
+            r = cydriver.cuGraphExecKernelNodeSetParams(self.exe, self.nodes[op_index], &kp)
+            if r == cydriver.CUDA_SUCCESS:
+                r = cydriver.cuGraphLaunch(self.exe, <cydriver.CUstream>stream)
+        _check(r, "launch_with_u64", op_index)
+
     def debug_dot(self, str path, bint verbose=True):
         cdef bytes p = path.encode()
         _check(cydriver.cuGraphDebugDotPrint(self.graph, p,

@@ -164,3 +164,16 @@ def describe_launch(index: int, b: BoundLaunch) -> str:
                      for n, p, v in zip(names, b.entry.params, b.values))
     return (f"op {index} kernel {b.entry.name}{' [' + b.op.label + ']' if b.op.label else ''} "
             f"grid={b.op.grid} block={b.op.block} shared={b.op.shared} args({args})")
+
+
+def write_rows(arena: Arena, name: str, row: int, array: np.ndarray) -> None:
+    """Write ``array`` into region ``name`` starting at row ``row`` (the region's first axis)."""
+    region = arena.plan[name]
+    data = np.ascontiguousarray(array)
+    if data.dtype != dtype_of(region.dtype):
+        raise ValueError(f"region {name!r} holds {region.dtype}; got {data.dtype}")
+    row_bytes = region.nbytes // max(region.shape[0], 1) if region.shape else region.nbytes
+    offset = row * row_bytes
+    if offset + data.nbytes > region.nbytes:
+        raise ValueError(f"{data.nbytes} bytes at row {row} overrun region {name!r} ({region.nbytes} bytes)")
+    arena.device.write(arena.addr(name, offset), data)

@@ -161,5 +161,9 @@ class CudaGraph:
     def launch_staged(self, copy_index: int, host_addr: int) -> None:
         self.exe.launch_staged(copy_index, host_addr, self.device.stream)
 
+    def launch_with_u64(self, op_index: int, param_index: int, value: int) -> None:
+        """Set one 64-bit kernel parameter of one node (a staging pointer), patch, launch."""
+        self.exe.launch_with_u64(op_index, param_index, value, self.device.stream)
+
     def dot(self, path: str) -> None:
         self.exe.debug_dot(path)

@@ -112,6 +112,13 @@ class ReferenceGraph:
         self.set_staging_src(copy_index, host_addr)
         self.launch()
 
+    def launch_with_u64(self, op_index: int, param_index: int, value: int) -> None:
+        op = self.bound.ops[op_index]
+        args = list(op.op.args)
+        args[param_index] = int(value)
+        self.patch(op_index, args=args)
+        self.launch()
+
     def dot(self, path: str) -> None:
         lines = ["digraph fixedgraph {"]
         for i, op in enumerate(self.bound.ops):

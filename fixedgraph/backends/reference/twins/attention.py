@@ -1,0 +1,129 @@
+"""Numpy twins of ptx/src/attention.cu: paged decode (split-K) + combine, and causal prefill.
+
+KV pools are bf16 [num_blocks, block_size, Hkv, D]; token t of a sequence lives in block
+``block_table[t // block_size]`` at offset ``t % block_size``. Math is float32 like the kernels;
+the prefill twin rounds P to bf16 before P.V (the kernel's tensor-core MMA does) while l sums
+unrounded P. Only the blocks a sequence's valid keys use are gathered, so unwritten pool slots
+(which may hold NaN) never reach the result, as on the GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fixedgraph import bf16
+from fixedgraph.backends.reference.twins import twin
+
+DECODE_DIMS = (64, 96, 128, 256)
+PREFILL_DIMS = (64, 96, 128)
+_PREFILL_ROWS = 256  # query tokens per numpy step: bounds the [tokens, G, keys] score block
+
+
+def _gather_kv(mem, k_pool: int, v_pool: int, blocks: np.ndarray, n_keys: int, block_size: int,
+               Hkv: int, D: int) -> tuple[np.ndarray, np.ndarray]:
+    """K, V of keys 0..n_keys-1 through ``blocks`` (i32 block ids): float32 [Hkv, n_keys, D]."""
+    blocks = blocks[: -(-n_keys // block_size)].astype(np.int64)
+    per_block = block_size * Hkv * D
+    count = (int(blocks.max()) + 1) * per_block  # view only as far as the highest block used
+    out = []
+    for pool in (k_pool, v_pool):
+        p = mem.view(pool, np.uint16, count).reshape(-1, block_size, Hkv, D)
+        x = p[blocks].reshape(-1, Hkv, D)[:n_keys]
+        out.append(bf16.to_f32(x).transpose(1, 0, 2))
+    return out[0], out[1]
+
+
+def _split_softmax(s: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scores s [Hkv, G, n] (scaled) and v [Hkv, n, D] -> (o normalised, max m, sum l)."""
+    m = s.max(axis=-1)
+    p = np.exp(s - m[..., None])
+    l = p.sum(axis=-1)
+    o = np.matmul(p, v) / l[..., None]
+    return o, m, l
+
+
+def _decode(D_entry: int):
+    def run(mem, grid, block, out, o_part, ml_part, q, k_pool, v_pool, block_table, seq_len,
+            rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale):
+        if D != D_entry or Hkv < 1 or Hq % Hkv:
+            raise ValueError(f"paged_attention_decode_d{D_entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
+        G, S = Hq // Hkv, num_splits
+        bt = mem.view(block_table, np.int32, rows * max_blocks).reshape(rows, max_blocks)
+        lens = np.clip(mem.view(seq_len, np.int32, rows).astype(np.int64), 0, max_blocks * block_size)
+        qf = bf16.to_f32(mem.view(q, np.uint16, rows * Hq * D)).reshape(rows, Hkv, G, D)
+        o_all = np.zeros((rows, Hkv, G, S, D), np.float32)  # [rows, Hq, S, D] once reshaped
+        m_all = np.full((rows, Hkv, G, S), -np.inf, np.float32)
+        l_all = np.zeros((rows, Hkv, G, S), np.float32)
+        for r in range(rows):
+            n = int(lens[r])
+            if n == 0:
+                continue
+            kf, vf = _gather_kv(mem, k_pool, v_pool, bt[r], n, block_size, Hkv, D)
+            s = np.matmul(qf[r], kf.transpose(0, 2, 1)) * np.float32(scale)  # [Hkv, G, n]
+            per = -(-n // S)  # ceil(n / S) keys per split, rounded up to whole blocks
+            kps = -(-per // block_size) * block_size
+            for sp in range(S):
+                a, b = sp * kps, min(sp * kps + kps, n)
+                if a < b:
+                    o_all[r, :, :, sp], m_all[r, :, :, sp], l_all[r, :, :, sp] = _split_softmax(
+                        s[..., a:b], vf[:, a:b])
+        if S == 1:
+            mem.view(out, np.uint16, rows * Hq * D)[:] = bf16.from_f32(o_all.reshape(-1))
+        else:
+            mem.view(o_part, np.float32, rows * Hq * S * D)[:] = o_all.reshape(-1)
+            ml = np.stack([m_all, l_all], axis=-1)  # [rows, Hkv, G, S, 2]
+            mem.view(ml_part, np.float32, rows * Hq * S * 2)[:] = ml.reshape(-1)
+
+    run.__name__ = f"paged_attention_decode_d{D_entry}"
+    return run
+
+
+for _d in DECODE_DIMS:
+    twin(f"paged_attention_decode_d{_d}")(_decode(_d))
+
+
+@twin("paged_attention_combine")
+def paged_attention_combine(mem, grid, block, out, o_part, ml_part, rows, Hq, D, num_splits):
+    S = num_splits
+    o = mem.view(o_part, np.float32, rows * Hq * S * D).reshape(rows, Hq, S, D)
+    ml = mem.view(ml_part, np.float32, rows * Hq * S * 2).reshape(rows, Hq, S, 2)
+    m, l = ml[..., 0], ml[..., 1]
+    M = m.max(axis=-1, keepdims=True)
+    Mu = np.where(np.isneginf(M), np.float32(0), M)  # all splits empty: every weight is 0
+    w = l * np.exp(m - Mu)  # [rows, Hq, S]
+    L = w.sum(axis=-1)
+    inv = np.divide(1.0, L, out=np.zeros_like(L), where=L > 0).astype(np.float32)
+    res = np.einsum("rhs,rhsd->rhd", w, o) * inv[..., None]
+    mem.view(out, np.uint16, rows * Hq * D)[:] = bf16.from_f32(res.reshape(-1))
+
+
+def _prefill(D_entry: int):
+    def run(mem, grid, block, out, q, k_pool, v_pool, block_table, positions, T, max_blocks,
+            block_size, Hq, Hkv, D, scale):
+        if D != D_entry or Hkv < 1 or Hq % Hkv:
+            raise ValueError(f"paged_attention_prefill_d{D_entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
+        G, cap = Hq // Hkv, max_blocks * block_size
+        pos = np.minimum(mem.view(positions, np.uint32, T).astype(np.int64), cap - 1)
+        n = int(pos.max()) + 1 if T and cap else 0
+        res = np.zeros((T, Hkv, G, D), np.float32)
+        if n > 0:
+            bt = mem.view(block_table, np.int32, max_blocks)
+            kf, vf = _gather_kv(mem, k_pool, v_pool, bt, n, block_size, Hkv, D)  # [Hkv, n, D]
+            qf = bf16.to_f32(mem.view(q, np.uint16, T * Hq * D)).reshape(T, Hkv, G, D)
+            keys = np.arange(n)
+            for t0 in range(0, T, _PREFILL_ROWS):
+                t1 = min(t0 + _PREFILL_ROWS, T)
+                qt = qf[t0:t1].transpose(1, 0, 2, 3).reshape(Hkv, -1, D)  # [Hkv, t*G, D]
+                s = np.matmul(qt, kf.transpose(0, 2, 1)) * np.float32(scale)  # [Hkv, t*G, n]
+                allowed = np.repeat(keys[None, :] <= pos[t0:t1, None], G, axis=0)  # [t*G, n]
+                s = np.where(allowed[None], s, -np.inf)
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                o = np.matmul(bf16.round_f32(p), vf) / p.sum(axis=-1, keepdims=True)
+                res[t0:t1] = o.reshape(Hkv, t1 - t0, G, D).transpose(1, 0, 2, 3)
+        mem.view(out, np.uint16, T * Hq * D)[:] = bf16.from_f32(res.reshape(-1))
+
+    run.__name__ = f"paged_attention_prefill_d{D_entry}"
+    return run
+
+
+for _d in PREFILL_DIMS:
+    twin(f"paged_attention_prefill_d{_d}")(_prefill(_d))

@@ -1,0 +1,20 @@
+"""Twins of ptx/src/meta.cu."""
+from __future__ import annotations
+
+import numpy as np
+
+from fixedgraph.backends.reference.twins import twin
+
+
+@twin("stage_meta")
+def stage_meta(mem, grid, block, dst, src, words):
+    mem.view(dst, np.uint32, words)[:] = mem.view(src, np.uint32, words)
+
+
+@twin("gather_rows_bf16")
+def gather_rows_bf16(mem, grid, block, out, inp, idx, T, H):
+    n = grid[0]
+    rows = mem.view(idx, np.int32, n).astype(np.int64)
+    rows = np.where((rows < 0) | (rows >= T), 0, rows)
+    src = mem.view(inp, np.uint16, T * H).reshape(T, H)
+    mem.view(out, np.uint16, n * H).reshape(n, H)[:] = src[rows]

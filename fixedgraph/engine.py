@@ -1,0 +1,146 @@
+"""The Python API: ``LLM(model).generate(prompts, SamplingParams(...))`` and ``LLM.stream``."""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from fixedgraph.backends import get_device
+from fixedgraph.loader import load_weights
+from fixedgraph.models.dense import DenseDecoder, Sizes
+from fixedgraph.outputs import CompletionOutput, RequestMetrics
+from fixedgraph.runner import Runner
+from fixedgraph.sampling import SamplingParams, resolve_seed
+from fixedgraph.stopping import StopChecker
+from fixedgraph.tokenizer import Tokenizer
+from fixedgraph.weights.source import open_weights
+
+
+@dataclass
+class StreamChunk:
+    text: str  # newly released text (may be empty while a stop string is undecided)
+    token_id: int | None
+    finish_reason: str | None
+    output: CompletionOutput | None  # the whole completion, on the last chunk only
+
+
+def _buckets(chunk: int) -> tuple[int, ...]:
+    out, b = [], 16
+    while b < chunk:
+        out.append(b)
+        b *= 2
+    return tuple(out) + (chunk,)
+
+
+class LLM:
+    """A model booted into one fixed arena with its decode and prefill graphs built.
+
+    ``model``: an HF model directory (safetensors + tokenizer.json) or a .gguf file; None loads
+    the default model (SmolLM2-135M-Instruct, Q4_1 GGUF). ``backend``: "cuda", "reference" or
+    "auto". Sizes are fixed at boot: ``max_model_len`` (prompt + output), ``block_size`` (KV
+    tokens per block), ``num_blocks`` (default: enough for one full-length sequence),
+    ``prefill_chunk`` (tokens per prefill pass), ``lookahead`` (decode steps queued ahead).
+    """
+
+    def __init__(self, model: str | Path | None = None, *, backend: str | None = None,
+                 max_model_len: int | None = None, block_size: int = 16, num_blocks: int | None = None,
+                 prefill_chunk: int = 256, lookahead: int = 4, progress: bool | None = None,
+                 seed: int | None = None) -> None:
+        if model is None:
+            from fixedgraph.models.default import default_model_path
+
+            model = default_model_path()
+        self.model_path = Path(model)
+        t0 = time.perf_counter()
+        source, cfg = open_weights(self.model_path)
+        try:
+            self.tokenizer = (Tokenizer.from_hf_dir(self.model_path) if self.model_path.is_dir()
+                              else Tokenizer.from_gguf(self.model_path))
+            self.device = get_device(backend)
+            default_len = 4096 if self.device.kind == "cuda" else 1024
+            max_len = min(cfg.max_position_embeddings, max_model_len or default_len)
+            if prefill_chunk < 16 or prefill_chunk & (prefill_chunk - 1):
+                raise ValueError(f"prefill_chunk must be a power of two >= 16, got {prefill_chunk}")
+            max_blocks = -(-max_len // block_size)
+            sizes = Sizes(widths=(1,), chunk_buckets=_buckets(prefill_chunk), block_size=block_size,
+                          num_blocks=num_blocks or max_blocks + 1, max_model_len=max_len,
+                          ring_len=max(16, 2 * lookahead + 2))
+            self.config = cfg
+            self.model = DenseDecoder(cfg, sizes)
+            self.plan = self.model.plan()
+            self.arena = self.device.arena(self.plan)
+            self.weight_bytes = load_weights(self.model, source, self.arena, progress)
+        finally:
+            source.close()
+        self.runner = Runner(self.device, self.model, self.arena, lookahead)
+        self.boot_s = time.perf_counter() - t0
+        self._rng = random.Random(seed)
+
+    # ---- prompts -----------------------------------------------------------------------------
+
+    def encode(self, prompt: str | list[int] | list[dict], chat: bool = False) -> list[int]:
+        if isinstance(prompt, list) and (not prompt or isinstance(prompt[0], int)):
+            return list(prompt)
+        if isinstance(prompt, list) or chat:
+            messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenizer.encode(prompt)
+
+    # ---- generation --------------------------------------------------------------------------
+
+    def stream(self, prompt: str | list[int] | list[dict], params: SamplingParams | None = None,
+               chat: bool = False) -> Iterator[StreamChunk]:
+        """Generate for one prompt, yielding text as soon as it is safe to show."""
+        params = params or SamplingParams()
+        arrival = time.perf_counter()
+        ids = self.encode(prompt, chat)
+        self.runner.check_prompt(len(ids))
+        seed = resolve_seed(params, self._rng)
+        stop = StopChecker(params, self.tokenizer.eos_token_ids, prompt_len=len(ids),
+                           max_model_len=self.model.sizes.max_model_len)
+        detok = self.tokenizer.incremental(skip_special_tokens=params.skip_special_tokens)
+        tokens: list[int] = []
+        text: list[str] = []
+        first = None
+        gen = self.runner.generate(ids, params, seed, stop.max_new_tokens)
+        try:
+            for tok in gen:
+                if first is None:
+                    first = time.perf_counter()
+                tokens.append(tok)
+                released, reason = stop.update(tok, detok.feed(tok))
+                if reason is not None:
+                    text.append(released)
+                    out = self._output(ids, tokens, "".join(text), reason, arrival, first)
+                    yield StreamChunk(released, tok, reason, out)
+                    return
+                if released:
+                    text.append(released)
+                yield StreamChunk(released, tok, None, None)
+        finally:
+            gen.close()
+        tail = stop.flush()
+        text.append(tail)
+        yield StreamChunk(tail, None, "length", self._output(ids, tokens, "".join(text), "length", arrival,
+                                                            first or time.perf_counter()))
+
+    def _output(self, ids, tokens, text, reason, arrival, first) -> CompletionOutput:
+        metrics = RequestMetrics.from_times(len(ids), len(tokens), arrival, first, time.perf_counter())
+        return CompletionOutput(text=text, token_ids=list(tokens), finish_reason=reason,
+                                prompt_token_ids=list(ids), metrics=metrics)
+
+    def generate(self, prompts: str | Sequence[str | list[int] | list[dict]],
+                 params: SamplingParams | None = None, chat: bool = False) -> list[CompletionOutput]:
+        """Generate for each prompt; returns one CompletionOutput per prompt, in order."""
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        outputs = []
+        for prompt in prompts:
+            last = None
+            for chunk in self.stream(prompt, params, chat):
+                last = chunk
+            outputs.append(last.output)
+        return outputs

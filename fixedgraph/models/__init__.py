@@ -1,0 +1,1 @@
+"""Model families: config, RoPE tables, and the programs each family emits."""

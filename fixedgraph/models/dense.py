@@ -1,0 +1,221 @@
+"""Programs for the dense decoder family (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2).
+
+The model knows programs, not sequences: from a ``ModelConfig`` and the boot sizes it lays out
+the arena (weights, KV pools, activations, per-pass metadata) and emits the decode program of
+each padded width and the prefill program of each chunk bucket. Every kernel is reached through
+the launchers in ``fixedgraph.ops``; every address is a region of the one arena.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fixedgraph.layout import ArenaPlan
+from fixedgraph.models.config import ModelConfig
+from fixedgraph.models.meta import MetaLayout
+from fixedgraph.ops import act, argmax, attention, embed_norm, meta as meta_ops, rope_kv, sample
+from fixedgraph.ops.linear import linear
+from fixedgraph.program import HostPtr, Program, Ref
+
+STAGING = "staging"  # host buffer names the programs bind to
+RING = "ring"
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """Boot-time sizing: fixed for the life of the arena."""
+
+    widths: tuple[int, ...]  # decode graph widths (padded batch sizes), ascending
+    chunk_buckets: tuple[int, ...]  # prefill chunk lengths with a program each, ascending
+    block_size: int  # tokens per KV block
+    num_blocks: int  # KV blocks per layer pool, block 0 being the padding rows' dummy
+    max_model_len: int  # longest sequence (prompt + output)
+    ring_len: int  # steps the mapped token ring holds
+
+    def __post_init__(self) -> None:
+        assert self.widths and list(self.widths) == sorted(set(self.widths)) and self.widths[0] >= 1
+        assert self.chunk_buckets and list(self.chunk_buckets) == sorted(set(self.chunk_buckets))
+        assert self.block_size >= 1 and self.num_blocks >= 2 and self.ring_len >= 2
+        assert self.max_model_len >= 1
+
+    @property
+    def max_rows(self) -> int:
+        return max(self.widths[-1], self.chunk_buckets[-1])
+
+    @property
+    def max_blocks(self) -> int:
+        return -(-self.max_model_len // self.block_size)
+
+
+class DenseDecoder:
+    def __init__(self, cfg: ModelConfig, sizes: Sizes) -> None:
+        self.cfg, self.sizes = cfg, sizes
+        c = cfg
+        self.H, self.V, self.I = c.hidden_size, c.vocab_size, c.intermediate_size
+        self.Hq, self.Hkv, self.D = c.num_heads, c.num_kv_heads, c.head_dim
+        self.QKV = (self.Hq + 2 * self.Hkv) * self.D
+        self.scale = 1.0 / math.sqrt(self.D)
+        self.decode_meta = {w: MetaLayout(w, w, sizes.max_blocks) for w in sizes.widths}
+        self.prefill_meta = {t: MetaLayout(t, 1, sizes.max_blocks) for t in sizes.chunk_buckets}
+        self.splits = {w: attention.choose_num_splits(sizes.max_model_len, w, self.Hkv) for w in sizes.widths}
+
+    # ---- arena ----------------------------------------------------------------------------
+
+    def plan(self) -> ArenaPlan:
+        c, s, p = self.cfg, self.sizes, ArenaPlan()
+        H, I, D = self.H, self.I, self.D
+        p.add("embed", (self.V, H), "bf16")  # [vocab, hidden]
+        for i in range(c.num_layers):
+            p.add(f"L{i}.in_norm", (H,), "bf16")
+            p.add(f"L{i}.qkv_w", (self.QKV, H), "bf16")  # rows: q heads, k heads, v heads
+            if c.attention_bias:
+                p.add(f"L{i}.qkv_b", (self.QKV,), "bf16")
+            if c.qk_norm:
+                p.add(f"L{i}.q_norm", (D,), "bf16")
+                p.add(f"L{i}.k_norm", (D,), "bf16")
+            p.add(f"L{i}.o_w", (H, self.Hq * D), "bf16")
+            p.add(f"L{i}.post_norm", (H,), "bf16")
+            p.add(f"L{i}.gate_up_w", (2 * I, H), "bf16")  # rows: gate, then up
+            p.add(f"L{i}.down_w", (H, I), "bf16")
+        p.add("final_norm", (H,), "bf16")
+        if not c.tie_word_embeddings:
+            p.add("lm_head", (self.V, H), "bf16")
+        p.add("rope", (s.max_model_len, D // 2, 2), "f32")  # (cos, sin) per position, pair
+        for i in range(c.num_layers):  # [num_blocks, block_size, kv_heads, head_dim]
+            p.add(f"L{i}.k_pool", (s.num_blocks, s.block_size, self.Hkv, D), "bf16")
+            p.add(f"L{i}.v_pool", (s.num_blocks, s.block_size, self.Hkv, D), "bf16")
+        R = s.max_rows
+        p.add("hidden", (R, H), "f32")  # the residual stream (Fixed.hidden)
+        p.add("residual", (R, H), "bf16")  # the normed stream the norms write (Fixed.residual)
+        p.add("qkv", (R, self.QKV), "bf16")
+        p.add("q", (R, self.Hq * D), "bf16")
+        p.add("attn", (R, self.Hq * D), "bf16")
+        p.add("delta", (R, H), "bf16")  # output of o_proj / down_proj, added by the next norm
+        p.add("gate_up", (R, 2 * I), "bf16")
+        p.add("act", (R, I), "bf16")
+        p.add("last", (1, H), "bf16")  # prefill: the normed last row
+        p.add("logits", (s.widths[-1], self.V), "f32")  # Fixed.logits
+        p.add("tokens", (s.widths[-1],), "i32")  # Fixed.tokens: each row's latest token
+        p.add("seen", (s.widths[-1], -(-self.V // 32)), "u32")  # repetition-penalty bitmask
+        for w in s.widths:
+            p.add(f"meta.decode.{w}", (self.decode_meta[w].nbytes,), "u8")
+            for name, (shape, dtype) in attention.decode_scratch(w, self.Hq, D, self.splits[w]).items():
+                p.add(f"scratch.{w}.{name}", shape, dtype)
+        for t in s.chunk_buckets:
+            p.add(f"meta.prefill.{t}", (self.prefill_meta[t].nbytes,), "u8")
+        return p
+
+    def weight_targets(self) -> dict[str, tuple[str, int]]:
+        """HF tensor name -> (region, row offset) where its rows go in the arena."""
+        c, out = self.cfg, {"model.embed_tokens.weight": ("embed", 0), "model.norm.weight": ("final_norm", 0)}
+        if not c.tie_word_embeddings:
+            out["lm_head.weight"] = ("lm_head", 0)
+        q, kv = self.Hq * self.D, self.Hkv * self.D
+        for i in range(c.num_layers):
+            a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+            out[f"model.layers.{i}.input_layernorm.weight"] = (f"L{i}.in_norm", 0)
+            out[f"model.layers.{i}.post_attention_layernorm.weight"] = (f"L{i}.post_norm", 0)
+            for proj, row in (("q", 0), ("k", q), ("v", q + kv)):
+                out[a + f"{proj}_proj.weight"] = (f"L{i}.qkv_w", row)
+                if c.attention_bias:
+                    out[a + f"{proj}_proj.bias"] = (f"L{i}.qkv_b", row)
+            if c.qk_norm:
+                out[a + "q_norm.weight"] = (f"L{i}.q_norm", 0)
+                out[a + "k_norm.weight"] = (f"L{i}.k_norm", 0)
+            out[a + "o_proj.weight"] = (f"L{i}.o_w", 0)
+            out[m + "gate_proj.weight"] = (f"L{i}.gate_up_w", 0)
+            out[m + "up_proj.weight"] = (f"L{i}.gate_up_w", self.I)
+            out[m + "down_proj.weight"] = (f"L{i}.down_w", 0)
+        return out
+
+    # ---- programs --------------------------------------------------------------------------
+
+    def _layers(self, prog: Program, rows: int, mref, attend) -> None:
+        """Every transformer layer over ``rows`` rows; leaves the last MLP output in ``delta``."""
+        c, H, I, D = self.cfg, self.H, self.I, self.D
+        for i in range(c.num_layers):
+            L = f"L{i}."
+            embed_norm.add_rmsnorm(prog, Ref("hidden"), Ref("delta") if i else None, Ref(L + "in_norm"),
+                                   Ref("residual"), rows, H, c.rms_norm_eps, label=f"{L}input_norm")
+            linear(prog, Ref("qkv"), Ref("residual"), Ref(L + "qkv_w"),
+                   Ref(L + "qkv_b") if c.attention_bias else None, rows, self.QKV, H, label=f"{L}qkv_proj")
+            rope_kv.qk_norm_rope_kv(prog, Ref("qkv"), Ref("q"), Ref(L + "q_norm") if c.qk_norm else None,
+                                    Ref(L + "k_norm") if c.qk_norm else None, Ref("rope"), mref("positions"),
+                                    mref("slot"), Ref(L + "k_pool"), Ref(L + "v_pool"), rows, self.Hq,
+                                    self.Hkv, D, c.rms_norm_eps, label=f"{L}qk_norm_rope_kv")
+            attend(prog, i)
+            linear(prog, Ref("delta"), Ref("attn"), Ref(L + "o_w"), None, rows, H, self.Hq * D, label=f"{L}o_proj")
+            embed_norm.add_rmsnorm(prog, Ref("hidden"), Ref("delta"), Ref(L + "post_norm"), Ref("residual"),
+                                   rows, H, c.rms_norm_eps, label=f"{L}post_attention_norm")
+            linear(prog, Ref("gate_up"), Ref("residual"), Ref(L + "gate_up_w"), None, rows, 2 * I, H,
+                   label=f"{L}gate_up_proj")
+            act.silu_mul(prog, Ref("act"), Ref("gate_up"), rows, I, label=f"{L}silu_mul")
+            linear(prog, Ref("delta"), Ref("act"), Ref(L + "down_w"), None, rows, H, I, label=f"{L}down_proj")
+
+    def _head(self, prog: Program, x: Ref, rows: int, mref, sampling: bool) -> None:
+        head = Ref("embed") if self.cfg.tie_word_embeddings else Ref("lm_head")
+        linear(prog, Ref("logits"), x, head, None, rows, self.V, self.H, out_f32=True, label="lm_head")
+        if sampling:
+            sample.sample_rows(prog, Ref("tokens"), HostPtr(RING), mref("step"), self.sizes.ring_len,
+                               Ref("logits"), mref("sample"), Ref("seen"), rows, self.V, label="sample")
+        else:
+            argmax.argmax_rows(prog, Ref("tokens"), HostPtr(RING), mref("step"), self.sizes.ring_len,
+                               Ref("logits"), rows, self.V, label="argmax")
+
+    def decode_program(self, width: int, sampling: bool) -> Program:
+        """One decode step for ``width`` rows (one token per sequence; padding rows included).
+
+        Op 0 is ``stage_meta``; its ``src`` is patched to the step's staging slot.
+        """
+        layout, region = self.decode_meta[width], f"meta.decode.{width}"
+        s = self.sizes
+
+        def mref(name: str) -> Ref:
+            return Ref(region, layout.offset(name))
+
+        prog = Program(f"decode.w{width}.{'sample' if sampling else 'greedy'}")
+        meta_ops.stage_meta(prog, Ref(region), HostPtr(STAGING), layout.nbytes)
+        embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
+                                label="embed")
+        S = self.splits[width]
+        scratch = {n: Ref(f"scratch.{width}.{n}") for n in attention.decode_scratch(width, self.Hq, self.D, S)}
+
+        def attend(p: Program, i: int) -> None:
+            attention.attention_decode(p, Ref("attn"), Ref("q"), Ref(f"L{i}.k_pool"), Ref(f"L{i}.v_pool"),
+                                       mref("block_table"), mref("seq_len"), scratch or None, width,
+                                       s.max_blocks, s.block_size, self.Hq, self.Hkv, self.D, self.scale, S,
+                                       label=f"L{i}.attention")
+
+        self._layers(prog, width, mref, attend)
+        embed_norm.add_rmsnorm(prog, Ref("hidden"), Ref("delta"), Ref("final_norm"), Ref("residual"), width,
+                               self.H, self.cfg.rms_norm_eps, label="final_norm")
+        self._head(prog, Ref("residual"), width, mref, sampling)
+        return prog
+
+    def prefill_program(self, chunk: int, sampling: bool) -> Program:
+        """One prefill chunk of up to ``chunk`` tokens of one sequence (padding rows have slot -1),
+        ending with the first generated token written to row 0 of ``tokens`` and the ring."""
+        layout, region = self.prefill_meta[chunk], f"meta.prefill.{chunk}"
+        s = self.sizes
+
+        def mref(name: str) -> Ref:
+            return Ref(region, layout.offset(name))
+
+        prog = Program(f"prefill.t{chunk}.{'sample' if sampling else 'greedy'}")
+        meta_ops.stage_meta(prog, Ref(region), HostPtr(STAGING), layout.nbytes)
+        embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), mref("tokens"), chunk, self.H, self.V,
+                                label="embed")
+
+        def attend(p: Program, i: int) -> None:
+            attention.attention_prefill(p, Ref("attn"), Ref("q"), Ref(f"L{i}.k_pool"), Ref(f"L{i}.v_pool"),
+                                        mref("block_table"), mref("positions"), chunk, s.max_blocks,
+                                        s.block_size, self.Hq, self.Hkv, self.D, self.scale,
+                                        label=f"L{i}.attention")
+
+        self._layers(prog, chunk, mref, attend)
+        embed_norm.add_rmsnorm(prog, Ref("hidden"), Ref("delta"), Ref("final_norm"), Ref("residual"), chunk,
+                               self.H, self.cfg.rms_norm_eps, label="final_norm")
+        meta_ops.gather_rows_bf16(prog, Ref("last"), Ref("residual"), mref("last_row"), 1, chunk, self.H,
+                                  label="last_row")
+        self._head(prog, Ref("last"), 1, mref, sampling)
+        return prog

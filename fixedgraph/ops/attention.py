@@ -1,0 +1,118 @@
+"""Launchers of ptx/src/attention.cu: paged attention for decode (split-K) and causal prefill.
+
+KV pools: [num_blocks, block_size, Hkv, D] bf16, one K and one V pool per layer; token t of a
+sequence lives in block ``block_table[t // block_size]`` at offset ``t % block_size``. Query head
+h reads kv head ``h // (Hq // Hkv)``. Decode with ``num_splits > 1`` needs the scratch regions
+named by ``decode_scratch``; the same scratch serves every layer (launches run in order).
+"""
+from __future__ import annotations
+
+from fixedgraph.program import Arg, Null, Program
+
+DECODE_HEAD_DIMS = (64, 96, 128, 256)
+PREFILL_HEAD_DIMS = (64, 96, 128)
+DECODE_THREADS = 128  # fixed by the kernel (4 warps)
+PREFILL_THREADS = 128  # fixed by the kernel (4 warps x 16 query rows)
+PREFILL_ROWS_PER_CTA = 64  # (token, query head) rows per CTA
+MAX_SPLITS = 32
+MIN_KEYS_PER_SPLIT = 256  # below this a split's fixed cost (q load, merge, combine) dominates
+SCRATCH_O = "attn_split_o"  # [rows, Hq, num_splits, D] f32: per-split normalised outputs
+SCRATCH_ML = "attn_split_ml"  # [rows, Hq, num_splits, 2] f32: per-split (max score, sum exp)
+
+
+def _check_heads(op: str, Hq: int, Hkv: int, D: int, dims: tuple[int, ...]) -> None:
+    if Hq < 1 or Hkv < 1 or Hq % Hkv:
+        raise ValueError(f"{op}: Hq={Hq} must be a positive multiple of Hkv={Hkv}")
+    if D not in dims:
+        raise ValueError(f"{op}: head_dim {D} is not supported; supported head dims: "
+                         f"{', '.join(map(str, dims))} (add an entry in ptx/src/attention.cu)")
+
+
+def decode_scratch(rows: int, Hq: int, D: int, num_splits: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Scratch regions ``attention_decode`` needs: ``name -> (shape, dtype)``; empty when S == 1."""
+    if num_splits <= 1:
+        return {}
+    return {SCRATCH_O: ((rows, Hq, num_splits, D), "f32"),
+            SCRATCH_ML: ((rows, Hq, num_splits, 2), "f32")}
+
+
+def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132) -> int:
+    """Splits per (row, kv head) so that long contexts put about two CTAs on every SM.
+
+    Fixed when the graph is built; sequences shorter than ``max_seq_len`` leave splits empty,
+    which cost one tiny CTA each. Never makes a split shorter than MIN_KEYS_PER_SPLIT keys.
+    """
+    if max_seq_len < 1 or rows < 1 or Hkv < 1:
+        raise ValueError(f"choose_num_splits: max_seq_len={max_seq_len}, rows={rows}, Hkv={Hkv}")
+    want = -(-2 * num_sms // (rows * Hkv))  # CTAs per (row, kv head) to fill the GPU twice
+    by_len = max(1, max_seq_len // MIN_KEYS_PER_SPLIT)
+    return max(1, min(want, by_len, MAX_SPLITS))
+
+
+def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, block_table: Arg,
+                     seq_len: Arg, scratch: dict[str, Arg] | None, rows: int, max_blocks: int,
+                     block_size: int, Hq: int, Hkv: int, D: int, scale: float, num_splits: int,
+                     label: str = "attention_decode") -> int:
+    """Attention of one query token per row over its sequence's paged K/V.
+
+    out: [rows, Hq * D] bf16, written. q: [rows, Hq * D] bf16 (RoPE applied).
+    k_pool, v_pool: [num_blocks, block_size, Hkv, D] bf16.
+    block_table: [rows, max_blocks] i32. seq_len: [rows] i32; row r attends keys
+      0..seq_len[r]-1 (clamped to max_blocks * block_size; 0 gives zeros). Padding rows:
+      seq_len 1 and a block table pointing at a dummy block.
+    scratch: regions named by ``decode_scratch(rows, Hq, D, num_splits)``; None when S == 1.
+    num_splits: S fixed for the graph (see ``choose_num_splits``); split s covers keys
+      [s*K, (s+1)*K) with K = ceil(seq_len / S) rounded up to block_size. S == 1 writes out
+      directly; S > 1 adds a paged_attention_combine launch. fp32 softmax, no bf16 rounding of P.
+    Returns the op index of the last launch.
+    """
+    op = "attention_decode"
+    _check_heads(op, Hq, Hkv, D, DECODE_HEAD_DIMS)
+    if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
+        raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
+                         f"num_splits={num_splits} must all be >= 1")
+    S = int(num_splits)
+    o_part: Arg = Null()
+    ml_part: Arg = Null()
+    if S > 1:
+        need = decode_scratch(rows, Hq, D, S)
+        missing = [n for n in need if not scratch or n not in scratch]
+        if missing:
+            raise ValueError(f"{op}: num_splits={S} needs scratch regions {missing} "
+                             f"(plan them with decode_scratch(rows, Hq, D, num_splits))")
+        o_part, ml_part = scratch[SCRATCH_O], scratch[SCRATCH_ML]
+    args = (out, o_part, ml_part, q, k_pool, v_pool, block_table, seq_len, int(rows),
+            int(max_blocks), int(block_size), int(Hq), int(Hkv), int(D), S, float(scale))
+    idx = prog.launch(f"paged_attention_decode_d{D}", (Hkv, rows, S), (DECODE_THREADS, 1, 1),
+                      args, label=label)
+    if S > 1:
+        block = 64 if D <= 64 else 128
+        idx = prog.launch("paged_attention_combine", (rows * Hq, 1, 1), (block, 1, 1),
+                          (out, o_part, ml_part, int(rows), int(Hq), int(D), S),
+                          label=f"{label}.combine")
+    return idx
+
+
+def attention_prefill(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, block_table: Arg,
+                      positions: Arg, T: int, max_blocks: int, block_size: int, Hq: int, Hkv: int,
+                      D: int, scale: float, label: str = "attention_prefill") -> int:
+    """Causal attention of T query tokens of one sequence over its paged K/V (tensor cores).
+
+    out: [T, Hq * D] bf16, written. q: [T, Hq * D] bf16 (RoPE applied).
+    k_pool, v_pool: [num_blocks, block_size, Hkv, D] bf16, this chunk's K/V already written.
+    block_table: [max_blocks] i32, the sequence's row. positions: [T] u32; token i attends keys
+      0..positions[i] (clamped to max_blocks * block_size - 1). Positions need not start at 0
+      (chunked prefill: earlier chunks' keys are already in the pool) nor be sorted.
+    P is rounded to bf16 for the P.V MMA (fp32 accumulate; the normaliser sums fp32 P).
+    Returns the op index.
+    """
+    op = "attention_prefill"
+    _check_heads(op, Hq, Hkv, D, PREFILL_HEAD_DIMS)
+    if T < 1 or max_blocks < 1 or block_size < 1:
+        raise ValueError(f"{op}: T={T}, max_blocks={max_blocks}, block_size={block_size} "
+                         f"must all be >= 1")
+    m_tiles = -(-T * (Hq // Hkv) // PREFILL_ROWS_PER_CTA)
+    args = (out, q, k_pool, v_pool, block_table, positions, int(T), int(max_blocks),
+            int(block_size), int(Hq), int(Hkv), int(D), float(scale))
+    return prog.launch(f"paged_attention_prefill_d{D}", (m_tiles, Hkv, 1),
+                       (PREFILL_THREADS, 1, 1), args, label=label)

@@ -1,0 +1,184 @@
+"""Run sequences on a booted model: chunked prefill, then decode steps queued ahead.
+
+One pass = one graph launch. The host writes the pass's metadata blob into a pinned staging
+slot, patches the graph's ``stage_meta`` source pointer to that slot and launches; tokens come
+back through a device-mapped ring the host reads without any copy call.
+
+NOTE (slot lifetimes): staging slot k is reused only after the pass that last read it is known
+to have run: decode step s is launched only once step s - lookahead has published its token,
+and there are lookahead + 2 slots. Prefill waits for its first token before decoding starts.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from fixedgraph.backends.base import write_rows
+from fixedgraph.errors import ContextOverflow, FixedGraphError
+from fixedgraph.kvcache import BlockAllocator
+from fixedgraph.models.dense import RING, STAGING, DenseDecoder
+from fixedgraph.ops import sample as sample_ops
+from fixedgraph.ops.meta import STAGE_META_SRC_PARAM
+from fixedgraph.sampling import SamplingParams
+
+_SENTINEL = -1
+_STALL_S = 1e-3  # after this long without a token, synchronize (surfaces a device fault)
+
+
+@dataclass
+class Graphs:
+    decode: dict[tuple[int, bool], object]  # (width, sampling) -> graph
+    prefill: dict[tuple[int, bool], object]  # (chunk bucket, sampling) -> graph
+
+
+class Runner:
+    def __init__(self, device, model: DenseDecoder, arena, lookahead: int = 4) -> None:
+        self.device, self.model, self.arena = device, model, arena
+        s = model.sizes
+        self.lookahead = max(1, min(lookahead, s.ring_len - 2))
+        self.num_slots = self.lookahead + 2
+        layouts = list(model.decode_meta.values()) + list(model.prefill_meta.values())
+        self.slot_bytes = (max(l.nbytes for l in layouts) + 255) // 256 * 256
+        self.staging = device.alloc_host(self.num_slots * self.slot_bytes, mapped=True)
+        self.ring = device.alloc_host(s.ring_len * s.widths[-1] * 4, mapped=True)
+        self.ring_i32 = self.ring.view(np.int32)
+        self.ring_i32[:] = _SENTINEL
+        self.alloc = BlockAllocator(s.num_blocks, s.block_size, s.max_blocks)
+        self.graphs = self._build_graphs()
+        self._seen_words = -(-model.V // 32)
+        self._next_seq = 0
+
+    def _build_graphs(self) -> Graphs:
+        host = {STAGING: self.staging, RING: self.ring}
+        dec, pre = {}, {}
+        for w in self.model.sizes.widths:
+            for sampling in (False, True):
+                bound = self.device.bind(self.model.decode_program(w, sampling), self.arena, host)
+                dec[(w, sampling)] = self.device.graph(bound)
+        for t in self.model.sizes.chunk_buckets:
+            for sampling in (False, True):
+                bound = self.device.bind(self.model.prefill_program(t, sampling), self.arena, host)
+                pre[(t, sampling)] = self.device.graph(bound)
+        return Graphs(dec, pre)
+
+    # ---- one pass ------------------------------------------------------------------------
+
+    def _slot(self, k: int) -> tuple[np.ndarray, int]:
+        off = (k % self.num_slots) * self.slot_bytes
+        return self.staging.array[off : off + self.slot_bytes], self.staging.device_addr + off
+
+    def _launch(self, graph, k: int) -> None:
+        _, dev_addr = self._slot(k)
+        graph.launch_with_u64(0, STAGE_META_SRC_PARAM, dev_addr)
+
+    def _wait_token(self, step: int, row: int = 0, width: int = 1) -> int:
+        idx = (step % self.model.sizes.ring_len) * width + row
+        t0 = time.perf_counter()
+        while True:
+            tok = int(self.ring_i32[idx])
+            if tok != _SENTINEL:
+                return tok
+            if time.perf_counter() - t0 > _STALL_S:
+                self.device.synchronize()  # raises if the stream faulted; then the token is there
+                tok = int(self.ring_i32[idx])
+                if tok == _SENTINEL:
+                    raise FixedGraphError(f"decode step {step} finished without publishing a token")
+                return tok
+
+    # ---- a sequence --------------------------------------------------------------------------
+
+    def check_prompt(self, num_tokens: int) -> None:
+        limit = self.model.sizes.max_model_len
+        if num_tokens < 1:
+            raise ValueError("the prompt is empty: give at least one token")
+        if num_tokens >= limit:
+            raise ContextOverflow(f"prompt of {num_tokens} tokens leaves no room to generate within the "
+                                  f"context of {limit} tokens; shorten the prompt or raise max_model_len")
+
+    def generate(self, prompt: list[int], params: SamplingParams, seed: int,
+                 max_new_tokens: int | None = None) -> Iterator[int]:
+        """Yield generated token ids as the GPU publishes them. The caller stops iterating when
+        the request finishes; steps already queued past that point are discarded."""
+        self.check_prompt(len(prompt))
+        m, s = self.model, self.model.sizes
+        seq = self._next_seq
+        self._next_seq += 1
+        self.alloc.allocate(seq, len(prompt))
+        sampling = not params.is_greedy or params.repetition_penalty != 1.0
+        try:
+            if params.repetition_penalty != 1.0:
+                self._set_seen(prompt)
+            yield self._prefill(seq, prompt, params, seed, sampling)
+            graph = self.graphs.decode[(1, sampling)]
+            layout = m.decode_meta[1]
+            n = len(prompt)
+            launched = consumed = 0  # decode steps (step numbers start at 1)
+            max_steps = s.max_model_len - n  # positions n .. max_model_len-1
+            if max_new_tokens is not None:  # the prefill produced token 1; no step past the last
+                max_steps = min(max_steps, max(0, max_new_tokens - 1))
+            while True:
+                while launched < max_steps and launched - consumed < self.lookahead:
+                    step = launched + 1
+                    pos = n + step - 1
+                    self.alloc.ensure(seq, pos + 1)
+                    blob, _ = self._slot(step)
+                    v = layout.views(blob)
+                    v["positions"][0] = pos
+                    v["slot"][0] = self.alloc.slot(seq, pos)
+                    v["seq_len"][0] = pos + 1
+                    table = self.alloc.block_table(seq)
+                    v["block_table"][0, : len(table)] = table
+                    v["step"][0] = step
+                    if sampling:
+                        v["sample"][0] = sample_ops.pack_params([params.device_row(step, seed)])[0]
+                    self.ring_i32[(step % s.ring_len)] = _SENTINEL
+                    self._launch(graph, step)
+                    launched += 1
+                if consumed == launched:
+                    return
+                consumed += 1
+                yield self._wait_token(consumed)
+        finally:
+            self.device.synchronize()  # nothing queued may still write this sequence's blocks
+            self.alloc.free(seq)
+
+    def _prefill(self, seq: int, prompt: list[int], params: SamplingParams, seed: int, sampling: bool) -> int:
+        m, s = self.model, self.model.sizes
+        C = s.chunk_buckets[-1]
+        table = self.alloc.block_table(seq)
+        starts = list(range(0, len(prompt), C))
+        for i, start in enumerate(starts):
+            chunk = prompt[start : start + C]
+            T = next(b for b in s.chunk_buckets if b >= len(chunk))
+            layout = m.prefill_meta[T]
+            if i and i % self.num_slots == 0:
+                self.device.synchronize()  # every staging slot is in flight: let them drain
+            blob, _ = self._slot(i)
+            v = layout.views(blob)
+            pos = np.arange(start, start + len(chunk), dtype=np.int64)
+            v["tokens"][: len(chunk)] = chunk
+            v["tokens"][len(chunk):] = 0
+            v["positions"][: len(chunk)] = pos
+            v["positions"][len(chunk):] = pos[-1]  # padding rows attend like the last real row
+            blocks = np.asarray(table, dtype=np.int64)[pos // s.block_size]
+            v["slot"][: len(chunk)] = blocks * s.block_size + pos % s.block_size
+            v["slot"][len(chunk):] = -1  # padding rows write no KV
+            v["seq_len"][:] = 0
+            v["block_table"][0, : len(table)] = table
+            v["last_row"][0] = len(chunk) - 1
+            v["step"][0] = 0
+            if sampling:
+                v["sample"][0] = sample_ops.pack_params([params.device_row(0, seed)])[0]
+            if i == len(starts) - 1:
+                self.ring_i32[0] = _SENTINEL
+            self._launch(self.graphs.prefill[(T, sampling)], i)
+        return self._wait_token(0)
+
+    def _set_seen(self, prompt: list[int]) -> None:
+        bits = np.zeros(self._seen_words, dtype=np.uint32)
+        ids = np.unique(np.asarray(prompt, dtype=np.int64))
+        np.bitwise_or.at(bits, ids // 32, (np.uint32(1) << (ids % 32).astype(np.uint32)))
+        write_rows(self.arena, "seen", 0, bits[None, :])

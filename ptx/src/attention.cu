@@ -1,0 +1,292 @@
+// Paged attention over the fixed KV pools.
+//
+// KV pools: bf16 [num_blocks, block_size, Hkv, D]; token t of a sequence lives in block
+// block_table[t / block_size] at offset t % block_size. Query head h reads kv head h / (Hq/Hkv).
+//
+// decode  (one query token per row): split-K flash decoding. One CTA = (row, kv head, split) and
+//         all G = Hq/Hkv query heads of that group, so each K/V vector is loaded once per group.
+//         fp32 throughout (no tensor cores: one query token has too little reuse to need them).
+// combine merges the per-split partials (o, m, l) of decode into out.
+// prefill (one sequence, T query tokens, causal): flash attention with bf16 mma.sync m16n8k16;
+//         the M dimension packs (token, query head of the group) pairs, so K/V tiles are shared
+//         by the whole GQA group. P is rounded to bf16 for the P.V MMA; l sums unrounded P.
+//
+// Softmax runs in the log2 domain: scores are pre-multiplied by scale*log2(e) and exp2 is used.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "attention.cuh"
+
+using bf16 = __nv_bfloat16;
+
+namespace {
+constexpr int kDecWarps = 4;
+constexpr int kDecThreads = kDecWarps * 32;
+constexpr int kDecHeads = 8;   // query heads per pass over the keys (G > 8 makes several passes)
+constexpr int kDecUnroll = 4;  // keys per lane per step: 8 independent 16-byte loads in flight
+constexpr unsigned kFull = 0xFFFFFFFFu;
+}  // namespace
+
+// Lanes split a head vector into 16-byte chunks; LPK lanes (a power of two >= D/8) read one key,
+// 32/LPK keys side by side per warp. Lanes with chunk >= D/8 (only D = 96) idle in the dot product.
+template <int D>
+__device__ __forceinline__ void decode_impl(
+    bf16 *__restrict__ out,            // [rows, Hq*D] bf16, written when num_splits == 1
+    float *__restrict__ o_part,        // [rows, Hq, num_splits, D] f32, softmax-normalised per split
+    float *__restrict__ ml_part,       // [rows, Hq, num_splits, 2] f32: (max score, sum exp)
+    const bf16 *__restrict__ q,        // [rows, Hq*D] bf16
+    const bf16 *__restrict__ k_pool,   // [num_blocks, block_size, Hkv, D] bf16
+    const bf16 *__restrict__ v_pool,   // [num_blocks, block_size, Hkv, D] bf16
+    const int *__restrict__ block_table,  // [rows, max_blocks] i32
+    const int *__restrict__ seq_len,      // [rows] i32
+    unsigned rows, unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv,
+    unsigned num_splits, float scale) {
+    constexpr int CHUNKS = D / 8;
+    constexpr int LPK = CHUNKS <= 8 ? 8 : (CHUNKS <= 16 ? 16 : 32);
+    constexpr int KPW = 32 / LPK;
+    constexpr int WARP_KEYS = KPW * kDecUnroll;
+    constexpr int STEP = WARP_KEYS * kDecWarps;
+    static_assert(D % 8 == 0 && CHUNKS <= 32, "head dim must be a multiple of 8, at most 256");
+
+    __shared__ __align__(16) float s_q[kDecHeads][D];  // q * scale * log2e of one pass's heads
+    __shared__ __align__(16) float s_acc[kDecWarps][kDecHeads][D];  // per-warp partial P.V
+    __shared__ float s_m[kDecWarps][kDecHeads];
+    __shared__ float s_l[kDecWarps][kDecHeads];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int slot = lane / LPK, c = lane % LPK;
+    const bool chunk_ok = c < CHUNKS;
+    const unsigned G = Hq / Hkv;
+    const float qscale = scale * ATTN_LOG2E;
+    const long long cap = (long long)max_blocks * block_size;  // keys a block table can address
+    const size_t tok_stride = (size_t)Hkv * D;
+
+    for (unsigned row = blockIdx.y; row < rows; row += gridDim.y)
+    for (unsigned split = blockIdx.z; split < num_splits; split += gridDim.z)
+    for (unsigned kvh = blockIdx.x; kvh < Hkv; kvh += gridDim.x) {
+        // Split `split` covers [start, end): ceil(len / S) keys rounded up to whole blocks.
+        const long long len = max(0LL, min((long long)seq_len[row], cap));
+        const long long per = (len + num_splits - 1) / num_splits;
+        const long long kps = (per + block_size - 1) / block_size * block_size;
+        const int kstart = (int)min(kps * split, len);
+        const int kend = (int)min(kps * split + kps, len);  // kstart == kend: empty split
+        const int *bt = block_table + (size_t)row * max_blocks;
+
+        for (unsigned h0 = 0; h0 < G; h0 += kDecHeads) {
+            const int nh = (int)min(G - h0, (unsigned)kDecHeads);
+            const unsigned head0 = kvh * G + h0;
+            const bf16 *qrow = q + ((size_t)row * Hq + head0) * D;
+            for (int i = tid; i < kDecHeads * D; i += kDecThreads)
+                (&s_q[0][0])[i] = i / D < nh ? __bfloat162float(qrow[i]) * qscale : 0.f;
+            __syncthreads();
+
+            float m[kDecHeads], l[kDecHeads], acc[kDecHeads][8];
+#pragma unroll
+            for (int g = 0; g < kDecHeads; ++g) {
+                m[g] = -INFINITY;
+                l[g] = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[g][j] = 0.f;
+            }
+
+            for (int base = kstart + warp * WARP_KEYS; base < kend; base += STEP) {
+                uint4 kr[kDecUnroll], vr[kDecUnroll];
+                bool valid[kDecUnroll];
+#pragma unroll
+                for (int u = 0; u < kDecUnroll; ++u) {
+                    const int key = base + u * KPW + slot;
+                    valid[u] = key < kend;
+                    kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);  // zeros: p * v must stay finite
+                    if (valid[u] && chunk_ok) {
+                        const size_t tok = (size_t)(unsigned)bt[(unsigned)key / block_size] * block_size +
+                                           (unsigned)key % block_size;
+                        const size_t off = tok * tok_stride + (size_t)kvh * D + c * 8;
+                        kr[u] = attn::ld_stream16(k_pool + off);
+                        vr[u] = attn::ld_stream16(v_pool + off);
+                    }
+                }
+#pragma unroll
+                for (int g = 0; g < kDecHeads; ++g) {
+                    if (g >= nh) continue;  // uniform over the CTA
+                    float qf[8];
+                    if (chunk_ok) {
+                        const float4 a = *reinterpret_cast<const float4 *>(&s_q[g][c * 8]);
+                        const float4 b = *reinterpret_cast<const float4 *>(&s_q[g][c * 8 + 4]);
+                        qf[0] = a.x; qf[1] = a.y; qf[2] = a.z; qf[3] = a.w;
+                        qf[4] = b.x; qf[5] = b.y; qf[6] = b.z; qf[7] = b.w;
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) qf[j] = 0.f;
+                    }
+                    float s[kDecUnroll];
+#pragma unroll
+                    for (int u = 0; u < kDecUnroll; ++u) {
+                        float kf[8];
+                        attn::unpack8(kr[u], kf);
+                        s[u] = 0.f;
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) s[u] = fmaf(qf[j], kf[j], s[u]);
+                    }
+#pragma unroll
+                    for (int o = LPK / 2; o > 0; o >>= 1)  // stays inside one key's lanes
+#pragma unroll
+                        for (int u = 0; u < kDecUnroll; ++u) s[u] += __shfl_xor_sync(kFull, s[u], o);
+                    float smax = -INFINITY;
+#pragma unroll
+                    for (int u = 0; u < kDecUnroll; ++u) {
+                        s[u] = valid[u] ? s[u] : -INFINITY;
+                        smax = fmaxf(smax, s[u]);
+                    }
+                    const float m_new = fmaxf(m[g], smax);
+                    if (m_new != -INFINITY) {  // else no key seen yet by this lane group
+                        const float corr = attn::fast_exp2(m[g] - m_new);
+                        float p[kDecUnroll], psum = 0.f;
+#pragma unroll
+                        for (int u = 0; u < kDecUnroll; ++u) {
+                            p[u] = attn::fast_exp2(s[u] - m_new);
+                            psum += p[u];
+                        }
+                        l[g] = fmaf(l[g], corr, psum);
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) acc[g][j] *= corr;
+#pragma unroll
+                        for (int u = 0; u < kDecUnroll; ++u) {
+                            float vf[8];
+                            attn::unpack8(vr[u], vf);
+#pragma unroll
+                            for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(p[u], vf[j], acc[g][j]);
+                        }
+                        m[g] = m_new;
+                    }
+                }
+            }
+
+            // Merge the warp's key slots (lanes l and l ^ LPK*k hold the same chunk).
+#pragma unroll
+            for (int o = LPK; o < 32; o <<= 1) {
+#pragma unroll
+                for (int g = 0; g < kDecHeads; ++g) {
+                    if (g >= nh) continue;
+                    const float mo = __shfl_xor_sync(kFull, m[g], o);
+                    const float lo = __shfl_xor_sync(kFull, l[g], o);
+                    const float mn = fmaxf(m[g], mo);
+                    const float mu = mn == -INFINITY ? 0.f : mn;
+                    const float a = attn::fast_exp2(m[g] - mu), b = attn::fast_exp2(mo - mu);
+                    l[g] = l[g] * a + lo * b;
+                    m[g] = mn;
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+                        acc[g][j] = acc[g][j] * a + __shfl_xor_sync(kFull, acc[g][j], o) * b;
+                }
+            }
+            if (slot == 0 && chunk_ok) {
+#pragma unroll
+                for (int g = 0; g < kDecHeads; ++g) {
+                    if (g >= nh) continue;
+                    float4 *dst = reinterpret_cast<float4 *>(&s_acc[warp][g][c * 8]);
+                    dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+                    dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+                }
+            }
+            if (lane == 0) {
+#pragma unroll
+                for (int g = 0; g < kDecHeads; ++g) {
+                    s_m[warp][g] = m[g];
+                    s_l[warp][g] = l[g];
+                }
+            }
+            __syncthreads();
+
+            // Merge the warps; one thread per (head, 8-wide chunk).
+            for (int i = tid; i < nh * CHUNKS; i += kDecThreads) {
+                const int g = i / CHUNKS, cc = i % CHUNKS;
+                float M = -INFINITY;
+#pragma unroll
+                for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, s_m[w][g]);
+                const float Mu = M == -INFINITY ? 0.f : M;
+                float L = 0.f, o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int w = 0; w < kDecWarps; ++w) {
+                    const float wt = attn::fast_exp2(s_m[w][g] - Mu);
+                    L = fmaf(s_l[w][g], wt, L);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) o[j] = fmaf(s_acc[w][g][cc * 8 + j], wt, o[j]);
+                }
+                const float inv = L > 0.f ? 1.f / L : 0.f;  // empty split / empty sequence -> 0
+#pragma unroll
+                for (int j = 0; j < 8; ++j) o[j] *= inv;
+                const size_t hrow = (size_t)row * Hq + head0 + g;
+                if (num_splits == 1) {
+                    *reinterpret_cast<uint4 *>(out + hrow * D + cc * 8) = attn::pack8(o);
+                } else {
+                    const size_t pi = hrow * num_splits + split;
+                    float4 *dst = reinterpret_cast<float4 *>(o_part + pi * D + cc * 8);
+                    dst[0] = make_float4(o[0], o[1], o[2], o[3]);
+                    dst[1] = make_float4(o[4], o[5], o[6], o[7]);
+                    if (cc == 0) {
+                        ml_part[pi * 2] = M * ATTN_LN2;  // back to natural-log units; -inf stays
+                        ml_part[pi * 2 + 1] = L;
+                    }
+                }
+            }
+            __syncthreads();  // s_q, s_acc, s_m, s_l are rewritten by the next pass
+        }
+    }
+}
+
+#define DECODE_ENTRY(DIM)                                                                      \
+    extern "C" __global__ void __launch_bounds__(kDecThreads) paged_attention_decode_d##DIM(   \
+        bf16 *out, float *o_part, float *ml_part, const bf16 *q, const bf16 *k_pool,           \
+        const bf16 *v_pool, const int *block_table, const int *seq_len, unsigned rows,         \
+        unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv, unsigned D,       \
+        unsigned num_splits, float scale) {                                                    \
+        if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0) return;         \
+        decode_impl<DIM>(out, o_part, ml_part, q, k_pool, v_pool, block_table, seq_len, rows,  \
+                         max_blocks, block_size, Hq, Hkv, num_splits, scale);                  \
+    }
+
+DECODE_ENTRY(64)
+DECODE_ENTRY(96)
+DECODE_ENTRY(128)
+DECODE_ENTRY(256)
+
+// out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
+// Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.
+extern "C" __global__ void __launch_bounds__(256) paged_attention_combine(
+    bf16 *out,              // [rows, Hq*D] bf16
+    const float *o_part,    // [rows, Hq, num_splits, D] f32
+    const float *ml_part,   // [rows, Hq, num_splits, 2] f32
+    unsigned rows, unsigned Hq, unsigned D, unsigned num_splits) {
+    const size_t pairs = (size_t)rows * Hq;
+    const size_t nctas = (size_t)gridDim.x * gridDim.y;
+    for (size_t p = blockIdx.x + (size_t)blockIdx.y * gridDim.x; p < pairs; p += nctas) {
+        const float *ml = ml_part + p * num_splits * 2;
+        const float *op = o_part + p * num_splits * D;
+        float M = -INFINITY;
+        for (unsigned s = 0; s < num_splits; ++s) M = fmaxf(M, ml[2 * s]);
+        const float Mu = M == -INFINITY ? 0.f : M;
+        float L = 0.f;
+        for (unsigned s = 0; s < num_splits; ++s) L += ml[2 * s + 1] * __expf(ml[2 * s] - Mu);
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        for (unsigned d = threadIdx.x; d < D; d += blockDim.x) {
+            float o = 0.f;
+            for (unsigned s = 0; s < num_splits; ++s)
+                o = fmaf(op[(size_t)s * D + d], ml[2 * s + 1] * __expf(ml[2 * s] - Mu), o);
+            out[p * D + d] = __float2bfloat16_rn(o * inv);
+        }
+    }
+}
+
+#define PREFILL_ENTRY(DIM)                                                                     \
+    extern "C" __global__ void __launch_bounds__(kPreThreads, 1) paged_attention_prefill_d##DIM(  \
+        bf16 *out, const bf16 *q, const bf16 *k_pool, const bf16 *v_pool,                      \
+        const int *block_table, const unsigned *positions, unsigned T, unsigned max_blocks,    \
+        unsigned block_size, unsigned Hq, unsigned Hkv, unsigned D, float scale) {             \
+        if (D != DIM || blockDim.x != kPreThreads || Hkv == 0 || Hq % Hkv != 0) return;        \
+        prefill_impl<DIM>(out, q, k_pool, v_pool, block_table, positions, T, max_blocks,       \
+                          block_size, Hq, Hkv, scale);                                         \
+    }
+
+PREFILL_ENTRY(64)
+PREFILL_ENTRY(96)
+PREFILL_ENTRY(128)

@@ -1,0 +1,114 @@
+// Shared device helpers of the small ops (embed_norm, rope_kv, act, argmax): vector loads and
+// stores of bf16/f32 runs converted to fp32 registers, and warp/block sum reductions.
+// Header only; every function is __forceinline__ so nothing here becomes a PTX entry.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+// True when every pointer is a multiple of `bytes` (a power of two).
+__device__ __forceinline__ bool aligned_to(const void* p, unsigned bytes) {
+    return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+// Load N consecutive bf16 (N in {1, 2, 4, 8}) as fp32. The caller guarantees 2*N-byte alignment.
+template <int N>
+__device__ __forceinline__ void load_bf16(const bf16* p, float (&v)[N]) {
+    if constexpr (N == 8) {
+        uint4 raw = *reinterpret_cast<const uint4*>(p);
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float2 f = __bfloat1622float2(h[i]);
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        }
+    } else if constexpr (N == 4) {
+        uint2 raw = *reinterpret_cast<const uint2*>(p);
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float2 f = __bfloat1622float2(h[i]);
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        }
+    } else if constexpr (N == 2) {
+        float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+        v[0] = f.x;
+        v[1] = f.y;
+    } else {
+        v[0] = __bfloat162float(*p);
+    }
+}
+
+// Store N fp32 values as N consecutive bf16, each rounded to nearest even.
+template <int N>
+__device__ __forceinline__ void store_bf16(bf16* p, const float (&v)[N]) {
+    if constexpr (N == 1) {
+        *p = __float2bfloat16_rn(v[0]);
+    } else {
+        __nv_bfloat162 h[N / 2];
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+        if constexpr (N == 8) {
+            *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(h);
+        } else if constexpr (N == 4) {
+            *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
+        } else {
+            *reinterpret_cast<__nv_bfloat162*>(p) = h[0];
+        }
+    }
+}
+
+// Round an fp32 value to bf16 and back: the rounding point HF's bf16 modules introduce.
+__device__ __forceinline__ float round_bf16(float x) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+// Load/store N consecutive fp32 (N in {1, 2, 4}); the caller guarantees 4*N-byte alignment.
+template <int N>
+__device__ __forceinline__ void load_f32(const float* p, float (&v)[N]) {
+    if constexpr (N == 4) {
+        float4 f = *reinterpret_cast<const float4*>(p);
+        v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+    } else if constexpr (N == 2) {
+        float2 f = *reinterpret_cast<const float2*>(p);
+        v[0] = f.x; v[1] = f.y;
+    } else {
+        v[0] = *p;
+    }
+}
+
+template <int N>
+__device__ __forceinline__ void store_f32(float* p, const float (&v)[N]) {
+    if constexpr (N == 4) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else if constexpr (N == 2) {
+        *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+    } else {
+        *p = v[0];
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// Sum over the whole CTA; every thread gets the result. `scratch` holds >= 32 floats.
+// NOTE: every thread of the block must call this (it synchronizes twice), and blockDim.x must
+// be a multiple of 32 so that the full-mask shuffles are defined.
+__device__ __forceinline__ float block_sum(float x, float* scratch) {
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const unsigned nwarps = blockDim.x >> 5;
+    x = warp_sum(x);
+    if (lane == 0) scratch[warp] = x;
+    __syncthreads();
+    float total = lane < nwarps ? scratch[lane] : 0.0f;
+    total = warp_sum(total);
+    __syncthreads();  // scratch may be reused by the caller right after
+    return total;
+}

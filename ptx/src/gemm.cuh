@@ -1,0 +1,91 @@
+// Inline-PTX helpers shared by the matrix kernels (gemm.cu, gemv.cu): tensor-core mma,
+// ldmatrix, cp.async and streaming loads. Header only; no entries here.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+// D += A * B for one m16n8k16 tile, bf16 inputs, fp32 accumulate.
+// a: 4 regs (2 bf16 each) of the 16x16 A fragment; b: 2 regs of the 16x8 B fragment;
+// d: 4 fp32 of the 16x8 C fragment (rows g and g+8, columns 2t and 2t+1 of lane = 4g + t).
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 b16 matrices from shared memory; lane 8i+j gives row j of matrix i.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr));
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared async copy; src_bytes = 0 zero-fills the destination (tails) and
+// reads nothing, so `src` only has to be some valid address.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// 16 bytes of a weight matrix that is read once per launch, or zeros when !pred (nothing is
+// read then, so p may be out of bounds). Predicated inside the asm so that a run of these
+// compiles to straight-line loads, all in flight together, with no branches between them.
+// Skips L1 (W would only evict x there) and asks L2 for the 256-byte neighbourhood (the
+// row's next loads want it).
+__device__ __forceinline__ uint4 ld_stream_v4(const void* p, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"((int)pred));
+  return v;
+}
+
+// 16 bytes of an activation that many warps of the SM re-read (kept in L1), or zeros.
+__device__ __forceinline__ uint4 ld_reuse_v4(const void* p, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @p ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"((int)pred));
+  return v;
+}
+
+// 8 consecutive bf16 at p[k .. k+7] with each element past `limit` read as 0. Scalar loads:
+// the slow path for rows that are not 16-byte aligned (K % 8 != 0 or an odd base address).
+__device__ __forceinline__ uint4 ld_bf16x8_scalar(const bf16* p, uint32_t k, uint32_t limit) {
+  const unsigned short* q = reinterpret_cast<const unsigned short*>(p);
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t lo = (k + 2 * j < limit) ? __ldg(q + k + 2 * j) : 0u;
+    uint32_t hi = (k + 2 * j + 1 < limit) ? __ldg(q + k + 2 * j + 1) : 0u;
+    w[j] = lo | (hi << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}

@@ -1,0 +1,148 @@
+// Decode GEMV: out[r, n] = sum_k x[r, k] * W[n, k] (+ bias[n]) for 1..8 rows.
+//
+// Batch-1 decode is bound by streaming W once from HBM, so everything here serves that:
+// - One tensor-core mma m16n8k16 covers 16 output columns x all 8 batch rows x 16 k, so W is
+//   read exactly once for the whole batch and there is no per-element bf16->f32 convert.
+// - The k order inside an mma is free (a sum), so each lane's A fragment is one 16-byte load
+//   of 8 consecutive k of W (rows g and g+8 of the tile) and its B fragment is the matching
+//   16 bytes of x row g: lane (g, t) of a k32 block owns k = 8t .. 8t+7, and the two mmas of
+//   the block take k 8t+0..3 and 8t+4..7 as their logical k {2t,2t+1, 2t+8,2t+9}.
+// - Each warp owns a 16-column tile and a k slice (every S-th k32 block); GEMV_UNROLL blocks
+//   are loaded before any mma, so each lane keeps 2*GEMV_UNROLL 16-byte W loads in flight.
+// - When N is small the S warps of a tile split K inside the block and reduce through shared
+//   memory, so the grid still covers the SMs without a split-K scratch buffer or second pass.
+// NOTE: blockDim must be (GEMV_THREADS, 1, 1); any gridDim.x is correct (grid-stride loop).
+// S depends only on (N, K) (gemv_split below; fixedgraph/ops/gemv.py mirrors it to size
+// the grid, and a mismatch there would only cost speed, never correctness).
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "gemm.cuh"
+
+#define GEMV_THREADS 256
+#define GEMV_WARPS 8
+#define GEMV_TILE_N 16   // output columns per warp tile: the mma M dimension
+#define GEMV_ROWS 8      // batch rows per pass: the mma N dimension
+#define GEMV_UNROLL 4    // k32 blocks loaded per warp before their mmas
+#define GEMV_TARGET_WARPS 2048u  // ~16 warps per SM on 132 SMs
+#define GEMV_MIN_KBLOCKS 2       // k32 blocks per warp worth a k split (fewer: reduce costs more)
+
+// Warps per column tile (k split inside the block): a power of two <= 8, raised while the
+// grid is short of GEMV_TARGET_WARPS and every warp still gets >= GEMV_MIN_KBLOCKS k32 blocks.
+// Small layers are latency-bound: splitting K wider uses more SMs and fewer serial loads.
+__device__ __forceinline__ uint32_t gemv_split(uint32_t N, uint32_t K) {
+  const uint32_t tiles = (N + GEMV_TILE_N - 1) / GEMV_TILE_N;
+  const uint32_t kblocks = (K + 31) / 32;
+  uint32_t s = 1;
+  while (s < GEMV_WARPS && tiles * s < GEMV_TARGET_WARPS && kblocks >= 2 * s * GEMV_MIN_KBLOCKS) s *= 2;
+  return s;
+}
+
+template <bool VEC, bool F32OUT>
+__device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32
+                                          const bf16* __restrict__ x,     // [rows, K] bf16
+                                          const bf16* __restrict__ W,     // [N, K] bf16
+                                          const bf16* __restrict__ bias,  // [N] bf16 or NULL
+                                          uint32_t rows, uint32_t N, uint32_t K,
+                                          float4 (*red)[32]) {            // [GEMV_WARPS][32] smem
+  const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint32_t g = lane >> 2, t = lane & 3;
+  const uint32_t S = gemv_split(N, K);
+  const uint32_t tiles_per_block = GEMV_WARPS / S;
+  const uint32_t slot = warp / S;  // which tile of the block's group this warp works on
+  const uint32_t ks = warp % S;    // which k slice; warps of one tile are adjacent
+  const uint32_t tiles = (N + GEMV_TILE_N - 1) / GEMV_TILE_N;
+  const uint32_t groups = (tiles + tiles_per_block - 1) / tiles_per_block;
+  const uint32_t kblocks = (K + 31) / 32;
+
+  for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS) {  // one pass for rows <= 8
+    for (uint32_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+      const uint32_t n0 = (grp * tiles_per_block + slot) * GEMV_TILE_N;
+      const bool w0_ok = n0 + g < N, w1_ok = n0 + g + 8 < N, x_ok = r0 + g < rows;
+      // Row pointers are only dereferenced under their *_ok flag.
+      const bf16* w0 = W + (size_t)(w0_ok ? n0 + g : 0) * K;
+      const bf16* w1 = W + (size_t)(w1_ok ? n0 + g + 8 : 0) * K;
+      const bf16* xr = x + (size_t)(x_ok ? r0 + g : 0) * K;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
+
+      for (uint32_t kb = ks; kb < kblocks; kb += S * GEMV_UNROLL) {
+        uint4 a0[GEMV_UNROLL], a1[GEMV_UNROLL], b[GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; ++u) {
+          const uint32_t k = (kb + u * S) * 32 + t * 8;  // >= K past the last block: reads 0
+          if (VEC) {  // K % 8 == 0: a chunk is either wholly inside the row or wholly past it
+            a0[u] = ld_stream_v4(w0 + k, w0_ok && k < K);
+            a1[u] = ld_stream_v4(w1 + k, w1_ok && k < K);
+            b[u] = ld_reuse_v4(xr + k, x_ok && k < K);
+          } else {
+            a0[u] = ld_bf16x8_scalar(w0, k, w0_ok ? K : 0);
+            a1[u] = ld_bf16x8_scalar(w1, k, w1_ok ? K : 0);
+            b[u] = ld_bf16x8_scalar(xr, k, x_ok ? K : 0);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; ++u) {
+          mma_bf16_16816(acc, a0[u].x, a1[u].x, a0[u].y, a1[u].y, b[u].x, b[u].y);
+          mma_bf16_16816(acc, a0[u].z, a1[u].z, a0[u].w, a1[u].w, b[u].z, b[u].w);
+        }
+      }
+
+      if (S > 1) {  // sum the k slices of each tile into its first warp
+        red[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        __syncthreads();
+        if (ks == 0) {
+          for (uint32_t j = 1; j < S; ++j) {
+            const float4 p = red[warp + j][lane];
+            acc[0] += p.x; acc[1] += p.y; acc[2] += p.z; acc[3] += p.w;
+          }
+        }
+        __syncthreads();  // NOTE: red is rewritten by the next group's warps
+      }
+      if (ks != 0) continue;
+
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // h = 0: column n0+g; h = 1: column n0+g+8
+        const uint32_t n = n0 + g + 8 * h;
+        if (n >= N) continue;
+        const float bn = bias ? __bfloat162float(bias[n]) : 0.f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const uint32_t r = r0 + 2 * t + j;
+          if (r >= rows) continue;
+          const float v = acc[2 * h + j] + bn;
+          if (F32OUT) static_cast<float*>(out)[(size_t)r * N + n] = v;
+          else static_cast<bf16*>(out)[(size_t)r * N + n] = __float2bfloat16_rn(v);
+        }
+      }
+    }
+  }
+}
+
+template <bool F32OUT>
+__device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16* W, const bf16* bias,
+                                           uint32_t rows, uint32_t N, uint32_t K) {
+  __shared__ float4 red[GEMV_WARPS][32];  // [warps][lanes] partial accumulators, 4 KiB
+  // 16-byte loads need 16-byte aligned row starts: K % 8 == 0 and aligned bases.
+  if ((K & 7) == 0 && aligned16(x) && aligned16(W))
+    gemv_body<true, F32OUT>(out, x, W, bias, rows, N, K, red);
+  else
+    gemv_body<false, F32OUT>(out, x, W, bias, rows, N, K, red);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
+          const bf16* __restrict__ x,     // [rows, K] bf16
+          const bf16* __restrict__ W,     // [N, K] bf16 (PyTorch Linear layout)
+          const bf16* __restrict__ bias,  // [N] bf16, or NULL
+          unsigned int rows, unsigned int N, unsigned int K) {
+  gemv_entry<false>(out, x, W, bias, rows, N, K);
+}
+
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+gemv_bf16_f32out(float* __restrict__ out,       // [rows, N] f32 (logits)
+                 const bf16* __restrict__ x,     // [rows, K] bf16
+                 const bf16* __restrict__ W,     // [N, K] bf16
+                 const bf16* __restrict__ bias,  // [N] bf16, or NULL
+                 unsigned int rows, unsigned int N, unsigned int K) {
+  gemv_entry<true>(out, x, W, bias, rows, N, K);
+}

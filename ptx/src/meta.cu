@@ -1,0 +1,34 @@
+// Per-pass metadata plumbing: bring the host-written staging blob into the fixed metadata
+// region, and pick rows out of an activation buffer by an index read from that metadata.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+// dst[i] = src[i] for i < words.  src: the device-mapped address of one pinned host staging slot
+// (patched into the graph node per step); dst: the fixed metadata region.  [words] u32.
+// One CTA; reads go over PCIe once each, 16 bytes at a time when aligned.
+extern "C" __global__ void stage_meta(unsigned int* __restrict__ dst, const unsigned int* __restrict__ src,
+                                      unsigned int words) {
+    const bool vec = ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
+    unsigned int head = 0;
+    if (vec) {
+        const unsigned int n4 = words / 4;
+        const uint4* s4 = reinterpret_cast<const uint4*>(src);
+        uint4* d4 = reinterpret_cast<uint4*>(dst);
+        for (unsigned int i = threadIdx.x; i < n4; i += blockDim.x) d4[i] = s4[i];
+        head = n4 * 4;
+    }
+    for (unsigned int i = head + threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+}
+
+// out[j, :] = in[idx[j], :] for j < n.  in: [T, H] bf16; out: [n, H] bf16; idx: [n] i32 (in the
+// metadata region, so a graph built for a padded chunk can select the last real row).
+// Grid (n), any block size.  An index outside [0, T) is clamped to 0 (never read out of bounds).
+extern "C" __global__ void gather_rows_bf16(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ in,
+                                            const int* __restrict__ idx, unsigned int T, unsigned int H) {
+    const unsigned int j = blockIdx.x;
+    int r = idx[j];
+    if (r < 0 || (unsigned int)r >= T) r = 0;
+    const __nv_bfloat16* src = in + (size_t)r * H;
+    __nv_bfloat16* dst = out + (size_t)j * H;
+    for (unsigned int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = src[i];
+}

@@ -1,0 +1,145 @@
+"""Paged attention twins and launchers (fixedgraph.ops.attention) on the reference backend.
+
+tests/reference/test_kernel_cases.py checks every attention case against its float64 formula;
+here: the cases can catch over-reads (negative control), split-K does not change the answer,
+prefill agrees with decode on the same token, and the launchers emit and refuse what they should.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fixedgraph.backends.reference import ReferenceDevice
+from fixedgraph.ops import attention as ops
+from fixedgraph.program import Program, Ref
+from tests.kernel_cases import Buffer, KernelCase, compare, inputs_of, load_all, run_case
+
+CASES = {n: f for n, f in load_all().items() if n.startswith("attention_")}
+
+
+def _with(case: KernelCase, **buffers: np.ndarray) -> KernelCase:
+    """The same case with some input buffers' contents replaced."""
+    new = dict(case.buffers)
+    for name, data in buffers.items():
+        new[name] = Buffer(data, case.buffers[name].dtype)
+    return KernelCase(case.name, case.program, new, case.outputs, case.reference)
+
+
+def _rebuild_decode(case: KernelCase, num_splits: int) -> KernelCase:
+    """The decode case's buffers under a program with another num_splits."""
+    launch = case.program.launches[0]
+    rows, max_blocks, block_size, Hq, Hkv, D, _, scale = launch.args[8:]
+    bufs = {n: b for n, b in case.buffers.items() if not n.startswith("attn_split")}
+    scratch = {}
+    for region, (shape, dtype) in ops.decode_scratch(rows, Hq, D, num_splits).items():
+        bufs[region] = Buffer(np.full(shape, np.nan, np.float32), dtype)
+        scratch[region] = Ref(region)
+    prog = Program(f"{case.name}_s{num_splits}")
+    ops.attention_decode(prog, Ref("out"), Ref("q"), Ref("k_pool"), Ref("v_pool"),
+                         Ref("block_table"), Ref("seq_len"), scratch or None, rows, max_blocks,
+                         block_size, Hq, Hkv, D, scale, num_splits)
+    return KernelCase(case.name, prog, bufs, case.outputs, case.reference)
+
+
+def test_every_entry_has_cases():
+    entries = {l.entry for f in CASES.values() for l in f(np.random.default_rng(0)).program.launches}
+    want = {f"paged_attention_decode_d{d}" for d in ops.DECODE_HEAD_DIMS}
+    want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
+    assert want | {"paged_attention_combine"} == entries
+
+
+@pytest.mark.parametrize("name", ["attention_decode_r5_bs16_h9kv3_d128_s7",
+                                  "attention_decode_r8_bs32_h32kv8_d64_s1"])
+def test_decode_reading_one_key_too_many_is_caught(name, rng):
+    # Negative control: one more key per live row lands on a NaN pool slot or the NaN block.
+    case = CASES[name](rng)
+    seq_len = case.buffers["seq_len"].data.copy()
+    seq_len[:-1] += 1  # the last row may be the padding row on dummy block 0
+    out = run_case(_with(case, seq_len=seq_len), ReferenceDevice())
+    assert compare("out", out["out"], case.reference(inputs_of(case))["out"], case.outputs["out"])
+
+
+def test_prefill_attending_one_key_too_many_is_caught(rng):
+    case = CASES["attention_prefill_t128_p200_bs16_h32kv8_d128"](rng)
+    positions = case.buffers["positions"].data + np.uint32(1)
+    out = run_case(_with(case, positions=positions), ReferenceDevice())
+    assert compare("out", out["out"], case.reference(inputs_of(case))["out"], case.outputs["out"])
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 16])
+def test_split_count_does_not_change_decode(splits, rng):
+    case = CASES["attention_decode_r8_bs16_h32kv8_d128_s4"](rng)
+    base = run_case(case, ReferenceDevice())["out"]
+    other = run_case(_rebuild_decode(case, splits), ReferenceDevice())["out"]
+    # fp32 merge order differs; at most one bf16 rounding step apart.
+    assert np.allclose(other, base, atol=1e-3, rtol=8e-3)
+
+
+def test_prefill_last_token_matches_decode(rng):
+    # The chunk's last token attends every key, exactly what decode computes for that token.
+    pre = CASES["attention_prefill_t17_p200_bs32_h9kv3_d64"](rng)
+    T, Hq, Hkv, D, bs = 17, 9, 3, 64, 32
+    table = pre.buffers["block_table"].data
+    bufs = {
+        "q": Buffer(pre.buffers["q"].data[T - 1 :], "bf16"),
+        "k_pool": pre.buffers["k_pool"], "v_pool": pre.buffers["v_pool"],
+        "block_table": Buffer(table[None, :], "i32"),
+        "seq_len": Buffer(np.array([200 + T], np.int32), "i32"),
+        "out": Buffer(np.full((1, Hq * D), 0x7FC1, np.uint16), "bf16"),
+    }
+    scratch = {}
+    for region, (shape, dtype) in ops.decode_scratch(1, Hq, D, 3).items():
+        bufs[region] = Buffer(np.full(shape, np.nan, np.float32), dtype)
+        scratch[region] = Ref(region)
+    prog = Program("decode_of_last_token")
+    ops.attention_decode(prog, Ref("out"), Ref("q"), Ref("k_pool"), Ref("v_pool"),
+                         Ref("block_table"), Ref("seq_len"), scratch, 1, table.size, bs, Hq, Hkv,
+                         D, 1.0 / np.sqrt(D), 3)
+    dec = KernelCase("decode_of_last_token", prog, bufs, pre.outputs)
+    got_dec = run_case(dec, ReferenceDevice())["out"].reshape(Hq * D)
+    got_pre = run_case(pre, ReferenceDevice())["out"].reshape(T, Hq * D)[T - 1]
+    assert np.allclose(got_dec, got_pre, atol=8e-3, rtol=1.6e-2)
+
+
+def test_decode_launches():
+    prog = Program("p")
+    scratch = {n: Ref(n) for n in ops.decode_scratch(8, 32, 128, 4)}
+    ops.attention_decode(prog, Ref("o"), Ref("q"), Ref("k"), Ref("v"), Ref("bt"), Ref("sl"), scratch,
+                         8, 64, 16, 32, 8, 128, 0.088, 4)
+    dec, comb = prog.launches
+    assert (dec.entry, dec.grid, dec.block) == ("paged_attention_decode_d128", (8, 8, 4), (128, 1, 1))
+    assert (comb.entry, comb.grid) == ("paged_attention_combine", (8 * 32, 1, 1))
+    prog1 = Program("p1")
+    ops.attention_decode(prog1, Ref("o"), Ref("q"), Ref("k"), Ref("v"), Ref("bt"), Ref("sl"), None,
+                         8, 64, 16, 32, 8, 128, 0.088, 1)
+    assert [l.entry for l in prog1.launches] == ["paged_attention_decode_d128"]
+    assert ops.decode_scratch(8, 32, 128, 1) == {}
+    assert ops.decode_scratch(8, 32, 128, 4)[ops.SCRATCH_O] == ((8, 32, 4, 128), "f32")
+
+
+def test_prefill_launch_grid():
+    prog = Program("p")
+    ops.attention_prefill(prog, Ref("o"), Ref("q"), Ref("k"), Ref("v"), Ref("bt"), Ref("pos"),
+                          4096, 300, 16, 32, 8, 128, 0.088)
+    (l,) = prog.launches
+    assert (l.entry, l.grid, l.block) == ("paged_attention_prefill_d128", (4096 * 4 // 64, 8, 1), (128, 1, 1))
+
+
+def test_launchers_refuse_bad_shapes():
+    refs = [Ref(n) for n in ("o", "q", "k", "v", "bt", "sl")]
+    with pytest.raises(ValueError, match="head_dim 80 is not supported"):
+        ops.attention_decode(Program("p"), *refs, None, 1, 4, 16, 8, 8, 80, 0.1, 1)
+    with pytest.raises(ValueError, match="head_dim 256 is not supported"):
+        ops.attention_prefill(Program("p"), *refs, 5, 4, 16, 8, 8, 256, 0.1)
+    with pytest.raises(ValueError, match="multiple of Hkv"):
+        ops.attention_decode(Program("p"), *refs, None, 1, 4, 16, 10, 4, 128, 0.1, 1)
+    with pytest.raises(ValueError, match="needs scratch regions"):
+        ops.attention_decode(Program("p"), *refs, None, 1, 4, 16, 8, 8, 128, 0.1, 3)
+
+
+def test_choose_num_splits():
+    assert ops.choose_num_splits(100, 1, 8) == 1  # too short to split
+    assert ops.choose_num_splits(32768, 256, 8) == 1  # the batch already fills the GPU
+    long_one = ops.choose_num_splits(32768, 1, 8)
+    assert 8 <= long_one <= ops.MAX_SPLITS and 1 * 8 * long_one >= 132
+    assert ops.choose_num_splits(4096, 4, 2) <= 4096 // ops.MIN_KEYS_PER_SPLIT

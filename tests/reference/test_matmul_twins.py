@@ -1,0 +1,183 @@
+"""GEMV/GEMM twins against a float64 formula, the launchers, and a numpy emulation of the
+kernels' index math (mma fragments, ldmatrix addressing, swizzle, work split) that cannot
+otherwise be checked without a GPU."""
+import numpy as np
+import pytest
+
+from fixedgraph import bf16
+from fixedgraph.backends.reference.memory import RefMemory
+from fixedgraph.backends.reference.twins import gemm as gemm_twins
+from fixedgraph.backends.reference.twins import gemv as gemv_twins
+from fixedgraph.ops.gemm import gemm, gemm_grid, gemm_tile
+from fixedgraph.ops.gemv import gemv, gemv_grid, gemv_split
+from fixedgraph.ops.linear import linear
+from fixedgraph.program import Null, Program, Ref
+
+TWINS = {
+    ("gemv", False): gemv_twins.gemv_bf16, ("gemv", True): gemv_twins.gemv_bf16_f32out,
+    ("gemm", False): gemm_twins.gemm_bf16, ("gemm", True): gemm_twins.gemm_bf16_f32out,
+}
+
+
+def _put(mem, arr):
+    addr = mem.alloc(arr.nbytes)
+    mem.write(addr, arr)
+    return addr
+
+
+@pytest.mark.parametrize("kind,rows,N,K", [("gemv", 1, 576, 576), ("gemv", 5, 100, 1003), ("gemv", 8, 3, 7),
+                                           ("gemm", 9, 1000, 1003), ("gemm", 130, 64, 576)])
+@pytest.mark.parametrize("out_f32", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_twin_matches_float64(kind, rows, N, K, out_f32, with_bias, rng):
+    x = bf16.from_f32(rng.standard_normal((rows, K)))  # [rows, K] bf16
+    w = bf16.from_f32(rng.standard_normal((N, K)) / np.sqrt(K))  # [N, K] bf16
+    b = bf16.from_f32(rng.standard_normal(N))  # [N] bf16
+    mem = RefMemory()
+    out = mem.alloc(rows * N * 4)
+    mem.memset(out, 0xFF, rows * N * 4)  # NaN poison
+    TWINS[kind, out_f32](mem, (1, 1, 1), (256, 1, 1), out, _put(mem, x), _put(mem, w),
+                         _put(mem, b) if with_bias else 0, rows, N, K)
+    want = bf16.to_f32(x).astype(np.float64) @ bf16.to_f32(w).astype(np.float64).T
+    if with_bias:
+        want += bf16.to_f32(b)
+    if out_f32:
+        got = mem.view(out, np.float32, rows * N).reshape(rows, N)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    else:
+        got = bf16.to_f32(mem.view(out, np.uint16, rows * N)).reshape(rows, N)
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+        assert np.array_equal(got, bf16.round_f32(got))  # stored values are bf16
+
+
+def test_twin_rejects_a_block_the_kernel_cannot_run():
+    with pytest.raises(ValueError, match="block"):
+        gemv_twins.gemv_bf16(RefMemory(), (1, 1, 1), (128, 1, 1), 0, 0, 0, 0, 1, 1, 1)
+
+
+def test_launchers_and_linear_dispatch():
+    p = Program("t")
+    linear(p, Ref("o"), Ref("x"), Ref("w"), None, 8, 576, 576)
+    linear(p, Ref("o"), Ref("x"), Ref("w"), Ref("b"), 9, 576, 576, out_f32=True, label="lm")
+    gemv(p, Ref("o"), Ref("x"), Ref("w"), Ref("b"), 1, 49152, 576, out_f32=True)
+    a, b, c = p.launches
+    assert (a.entry, a.block, a.args[3], a.args[4:]) == ("gemv_bf16", (256, 1, 1), Null(), (8, 576, 576))
+    assert (b.entry, b.label, b.args[3], b.shared) == ("gemm_bf16_f32out", "lm", Ref("b"), 0)
+    assert c.entry == "gemv_bf16_f32out" and c.grid == (gemv_grid(49152, 576), 1, 1)
+    with pytest.raises(ValueError, match="rows"):
+        gemv(p, Ref("o"), Ref("x"), Ref("w"), None, 9, 10, 10)
+    with pytest.raises(ValueError):
+        gemm(p, Ref("o"), Ref("x"), Ref("w"), None, 0, 10, 10)
+
+
+# ---- numpy emulation of the kernels' index math ---------------------------------------------
+
+def _mma(a_regs, b_regs):
+    """m16n8k16 as the PTX ISA defines its fragments: a_regs [32 lanes][4 regs][2 halves],
+    b_regs [32][2][2] -> D [16, 8] = A @ B."""
+    A, B = np.zeros((16, 16)), np.zeros((16, 8))
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        for h in range(2):
+            A[g, 2 * t + h], A[g + 8, 2 * t + h] = a_regs[lane][0][h], a_regs[lane][1][h]
+            A[g, 2 * t + 8 + h], A[g + 8, 2 * t + 8 + h] = a_regs[lane][2][h], a_regs[lane][3][h]
+            B[2 * t + h, g], B[2 * t + 8 + h, g] = b_regs[lane][0][h], b_regs[lane][1][h]
+    return A @ B
+
+
+def test_gemv_fragment_k_permutation(rng):
+    """A lane's 16-byte loads of W rows g, g+8 and x row g, split into the two mmas as gemv.cu
+    does, give the exact 16-column x 8-row x 32-k product."""
+    W, x = rng.standard_normal((16, 32)), rng.standard_normal((8, 32))
+    D = np.zeros((16, 8))
+    for s in range(2):  # the two mmas of a k32 block take halves 4s .. 4s+3 of each chunk
+        a_regs, b_regs = [], []
+        for lane in range(32):
+            g, t = divmod(lane, 4)
+            w0, w1, xv = (v[8 * t + 4 * s: 8 * t + 4 * s + 4] for v in (W[g], W[g + 8], x[g]))
+            a_regs.append([w0[0:2], w1[0:2], w0[2:4], w1[2:4]])
+            b_regs.append([xv[0:2], xv[2:4]])
+        D += _mma(a_regs, b_regs)
+    np.testing.assert_allclose(D, W @ x.T, rtol=1e-12, atol=1e-12)
+
+
+def _swz(row, chunk):  # gemm.cu swz(): byte offset of 16-byte chunk `chunk` of tile row `row`
+    return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4)
+
+
+def _ldmatrix_x4(smem, addrs):
+    """smem: bf16 values indexed by byte offset // 2; addrs[lane] = row address given by lane."""
+    regs = [[None] * 4 for _ in range(32)]
+    for i in range(4):
+        rows = [smem[addrs[8 * i + j] // 2: addrs[8 * i + j] // 2 + 8] for j in range(8)]
+        for lane in range(32):
+            regs[lane][i] = rows[lane // 4][2 * (lane % 4): 2 * (lane % 4) + 2]
+    return regs
+
+
+@pytest.mark.parametrize("BM,BN", [(128, 128), (64, 64)])
+def test_gemm_swizzled_ldmatrix_fragments(BM, BN, rng):
+    """Tiles stored with swz(), read back with gemm.cu's ldmatrix lane addresses, give every
+    warp's exact tile product; and each 8-address phase of an ldmatrix hits 8 bank groups."""
+    WM, WN = BM // 2, BN // 4
+    A, Bt = rng.standard_normal((BM, 32)), rng.standard_normal((BN, 32))
+    sa, sb = np.zeros(BM * 32), np.zeros(BN * 32)
+    for tile, sm in ((A, sa), (Bt, sb)):
+        for r in range(tile.shape[0]):
+            for c in range(4):
+                sm[_swz(r, c) // 2: _swz(r, c) // 2 + 8] = tile[r, 8 * c: 8 * c + 8]
+    for warp in range(8):
+        wm, wn = divmod(warp, 4)
+        acc = np.zeros((WM, WN))
+        for kk in range(2):
+            af = []
+            for i in range(WM // 16):
+                addrs = [_swz(wm * WM + i * 16 + (l & 15), kk * 2 + (l >> 4)) for l in range(32)]
+                af.append(_ldmatrix_x4(sa, addrs))
+                assert all(len({(addrs[8 * q + j] // 16) % 8 for j in range(8)}) == 8 for q in range(4))
+            bfr = []
+            for j in range(0, WN // 8, 2):
+                addrs = [_swz(wn * WN + j * 8 + ((l >> 4) << 3) + (l & 7), kk * 2 + ((l >> 3) & 1)) for l in range(32)]
+                r = _ldmatrix_x4(sb, addrs)
+                assert all(len({(addrs[8 * q + j2] // 16) % 8 for j2 in range(8)}) == 8 for q in range(4))
+                bfr += [[lr[0], lr[1]] for lr in r], [[lr[2], lr[3]] for lr in r]
+            for i, a_regs in enumerate(af):
+                for j, b_regs in enumerate(bfr):
+                    acc[16 * i: 16 * i + 16, 8 * j: 8 * j + 8] += _mma(a_regs, b_regs)
+        want = A[wm * WM: (wm + 1) * WM] @ Bt[wn * WN: (wn + 1) * WN].T
+        np.testing.assert_allclose(acc, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("N,K", [(576, 576), (3, 1003), (49152, 576), (4096, 4096), (100, 72), (17, 31)])
+@pytest.mark.parametrize("grid_cut", [None, 3])
+def test_gemv_work_split_covers_every_tile_and_k_block_once(N, K, grid_cut):
+    """gemv.cu's loops (grid-stride groups, warp slot/k-slice, unrolled k32 blocks)."""
+    S, tiles, kblocks = gemv_split(N, K), -(-N // 16), -(-K // 32)
+    per_block = 8 // S
+    groups = -(-tiles // per_block)
+    grid = grid_cut or gemv_grid(N, K)
+    seen = np.zeros((tiles, kblocks), dtype=int)
+    for bx in range(grid):
+        for grp in range(bx, groups, grid):
+            for warp in range(8):
+                tile, ks = grp * per_block + warp // S, warp % S
+                for kb in range(ks, kblocks, S * 4):
+                    for u in range(4):
+                        if tile < tiles and kb + u * S < kblocks:
+                            seen[tile, kb + u * S] += 1
+    assert (seen == 1).all()
+
+
+@pytest.mark.parametrize("M,N", [(9, 576), (512, 2048), (1100, 4100), (4096, 4096), (8192, 576)])
+def test_gemm_tile_order_covers_every_tile_once(M, N):
+    """gemm.cu's grouped raster: tile index -> (tile row, tile column) is a bijection."""
+    tile = gemm_tile(M, N)
+    tm_n, tn_n = -(-M // tile), -(-N // tile)
+    assert gemm_grid(M, N) == tm_n * tn_n
+    seen = set()
+    for t in range(tm_n * tn_n):
+        per_group = 8 * tn_n
+        first_m = t // per_group * 8
+        rows = min(tm_n - first_m, 8)
+        seen.add((first_m + (t % per_group) % rows, (t % per_group) // rows))
+    assert seen == {(i, j) for i in range(tm_n) for j in range(tn_n)}
