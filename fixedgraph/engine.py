@@ -15,7 +15,7 @@ from fixedgraph.runner import Runner
 from fixedgraph.sampling import SamplingParams, resolve_seed
 from fixedgraph.stopping import StopChecker
 from fixedgraph.tokenizer import Tokenizer
-from fixedgraph.weights.source import open_weights
+from fixedgraph.weights.source import open_weights, validate
 
 
 @dataclass
@@ -42,22 +42,28 @@ class LLM:
     "auto". Sizes are fixed at boot: ``max_model_len`` (prompt + output), ``block_size`` (KV
     tokens per block), ``num_blocks`` (default: enough for one full-length sequence),
     ``prefill_chunk`` (tokens per prefill pass), ``lookahead`` (decode steps queued ahead).
+    ``weights``: instead of a path, a ``(WeightSource, ModelConfig)`` pair (prompts are then
+    token ids).
     """
 
-    def __init__(self, model: str | Path | None = None, *, backend: str | None = None,
+    def __init__(self, model: str | Path | None = None, *, weights=None, backend: str | None = None,
                  max_model_len: int | None = None, block_size: int = 16, num_blocks: int | None = None,
                  prefill_chunk: int = 256, lookahead: int = 4, progress: bool | None = None,
                  seed: int | None = None) -> None:
-        if model is None:
-            from fixedgraph.models.default import default_model_path
-
-            model = default_model_path()
-        self.model_path = Path(model)
         t0 = time.perf_counter()
-        source, cfg = open_weights(self.model_path)
+        if weights is not None:  # (WeightSource, ModelConfig) built by the caller; ids-only prompts
+            source, cfg = weights
+            validate(source, cfg)
+            self.model_path = Path(getattr(source, "path", "<weights>"))
+        else:
+            if model is None:
+                from fixedgraph.models.default import default_model_path
+
+                model = default_model_path()
+            self.model_path = Path(model)
+            source, cfg = open_weights(self.model_path)
         try:
-            self.tokenizer = (Tokenizer.from_hf_dir(self.model_path) if self.model_path.is_dir()
-                              else Tokenizer.from_gguf(self.model_path))
+            self.tokenizer = None if weights is not None else self._tokenizer(self.model_path)
             self.device = get_device(backend)
             default_len = 4096 if self.device.kind == "cuda" else 1024
             max_len = min(cfg.max_position_embeddings, max_model_len or default_len)
@@ -78,11 +84,35 @@ class LLM:
         self.boot_s = time.perf_counter() - t0
         self._rng = random.Random(seed)
 
+    def close(self) -> None:
+        """Release the arena and pinned buffers now (they are otherwise held until exit)."""
+        if getattr(self, "arena", None) is not None:
+            self.device.synchronize()
+            self.runner = None
+            self.device.free(self.arena.base)
+            self.arena = None
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @staticmethod
+    def _tokenizer(path: Path) -> Tokenizer | None:
+        if not path.is_dir():
+            return Tokenizer.from_gguf(path)
+        if not (path / "tokenizer.json").exists():
+            return None  # a weights-only checkpoint: prompts must be token ids
+        return Tokenizer.from_hf_dir(path)
+
     # ---- prompts -----------------------------------------------------------------------------
 
     def encode(self, prompt: str | list[int] | list[dict], chat: bool = False) -> list[int]:
         if isinstance(prompt, list) and (not prompt or isinstance(prompt[0], int)):
             return list(prompt)
+        if self.tokenizer is None:
+            raise ValueError(f"{self.model_path} has no tokenizer.json: pass prompts as lists of token ids")
         if isinstance(prompt, list) or chat:
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
             text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
@@ -99,9 +129,9 @@ class LLM:
         ids = self.encode(prompt, chat)
         self.runner.check_prompt(len(ids))
         seed = resolve_seed(params, self._rng)
-        stop = StopChecker(params, self.tokenizer.eos_token_ids, prompt_len=len(ids),
-                           max_model_len=self.model.sizes.max_model_len)
-        detok = self.tokenizer.incremental(skip_special_tokens=params.skip_special_tokens)
+        eos = self.tokenizer.eos_token_ids if self.tokenizer else self.config.eos_token_ids
+        stop = StopChecker(params, eos, prompt_len=len(ids), max_model_len=self.model.sizes.max_model_len)
+        detok = self.tokenizer.incremental(skip_special_tokens=params.skip_special_tokens) if self.tokenizer else None
         tokens: list[int] = []
         text: list[str] = []
         first = None
@@ -111,7 +141,7 @@ class LLM:
                 if first is None:
                     first = time.perf_counter()
                 tokens.append(tok)
-                released, reason = stop.update(tok, detok.feed(tok))
+                released, reason = stop.update(tok, detok.feed(tok) if detok else "")
                 if reason is not None:
                     text.append(released)
                     out = self._output(ids, tokens, "".join(text), reason, arrival, first)

@@ -182,3 +182,54 @@ class Runner:
         ids = np.unique(np.asarray(prompt, dtype=np.int64))
         np.bitwise_or.at(bits, ids // 32, (np.uint32(1) << (ids % 32).astype(np.uint32)))
         write_rows(self.arena, "seen", 0, bits[None, :])
+
+    # ---- verification --------------------------------------------------------------------------
+
+    def teacher_forced_logits(self, tokens: list[int], prompt_len: int, eager: bool = False) -> np.ndarray:
+        """Logits after the prompt and after each later token of ``tokens`` fed in as the input
+        (not the sampled token): ``[len(tokens) - prompt_len + 1, vocab]`` f32. With ``eager``
+        the decode steps run the bound program launch by launch instead of the graph."""
+        m, s = self.model, self.model.sizes
+        if len(tokens) > s.max_model_len:
+            raise ContextOverflow(f"{len(tokens)} tokens exceed the context of {s.max_model_len}")
+        seq = self._next_seq
+        self._next_seq += 1
+        self.alloc.allocate(seq, len(tokens))
+        greedy = SamplingParams(temperature=0.0)
+        out = []
+        try:
+            self._prefill(seq, tokens[:prompt_len], greedy, 0, False)
+            self.device.synchronize()
+            out.append(self.arena.read("logits")[0].copy())
+            graph = self.graphs.decode[(1, False)]
+            layout = m.decode_meta[1]
+            eager_bound = None
+            if eager:
+                from fixedgraph.models.dense import RING, STAGING
+
+                eager_bound = self.device.bind(m.decode_program(1, False), self.arena,
+                                               {STAGING: self.staging, RING: self.ring})
+            for step, pos in enumerate(range(prompt_len, len(tokens)), start=1):
+                self.arena.write("tokens", np.array([tokens[pos]], dtype=np.int32))
+                blob, dev_addr = self._slot(step)
+                v = layout.views(blob)
+                v["positions"][0] = pos
+                v["slot"][0] = self.alloc.slot(seq, pos)
+                v["seq_len"][0] = pos + 1
+                table = self.alloc.block_table(seq)
+                v["block_table"][0, : len(table)] = table
+                v["step"][0] = step
+                if eager_bound is not None:
+                    eager_bound.repack(0, args=[eager_bound.ops[0].op.args[0], dev_addr,
+                                                eager_bound.ops[0].op.args[2]])
+                    if hasattr(eager_bound, "oplist"):
+                        eager_bound.oplist.set_kernel_args(0, eager_bound.ops[0].packed)
+                    self.device.run(eager_bound)
+                else:
+                    self._launch(graph, step)
+                self.device.synchronize()
+                out.append(self.arena.read("logits")[0].copy())
+        finally:
+            self.device.synchronize()
+            self.alloc.free(seq)
+        return np.stack(out)

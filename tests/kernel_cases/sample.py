@@ -198,3 +198,18 @@ def odd_case(rng):
     pick = [PLAIN, (0.0, 1.0, 0.0, 1.3, 0), (0.5, 0.9, 0.0, 1.0, 3), (2.0, 0.6, 0.1, 1.2, 0), (1.0, 1.0, 0.0, 1.0, V)]
     s = [pick[int(i)] for i in rng.integers(0, len(pick), size=rows)]
     return build("sample_odd_shapes", rng, V, s, ring_len=int(rng.integers(1, 4)))
+
+
+@kernel_case("sample_many_rows_v1000")
+def many_rows_case(rng):
+    # The widest batch: more rows than SMs, every setting mixed.
+    pick = [PLAIN, (0.0, 1.0, 0.0, 1.2, 0), (0.5, 0.9, 0.05, 1.1, 40), (2.0, 0.7, 0.0, 1.0, 0),
+            (1.0, 1.0, 0.2, 1.0, 0), (0.25, 1.0, 0.0, 1.0, 5)]
+    s = [pick[int(i)] for i in rng.integers(0, len(pick), size=256)]
+    return build("sample_many_rows_v1000", rng, 1000, s, ring_len=2)
+
+
+@kernel_case("sample_v262144")
+def widest_vocab_case(rng):
+    s = [(1.0, 0.9, 0.02, 1.1, 64), PLAIN]
+    return build("sample_v262144", rng, 262144, s, ring_len=1)

@@ -57,7 +57,9 @@ def _top_p_threshold(key: np.ndarray, z: np.ndarray, m: np.float32, top_p: float
     w = (e * MASS_SCALE).astype(np.uint64)
     total = int(w.sum(dtype=np.uint64))
     need = max(1, int(float(max(top_p, 0.0)) * float(total)))
-    pos = w > 0  # zero-mass tokens never reach the target (need <= total - 2^16)
+    # Zero-mass tokens never hold the threshold: top_p <= 1 - 2^-24 and total >= 2^40 (the max
+    # has mass 2^40), so need <= total - 2^16 is reached at a key with positive mass.
+    pos = w > 0
     kk, ww = key[pos], w[pos]
     order = np.argsort(kk, kind="stable")[::-1]  # descending keys
     kk, ww = kk[order], ww[order]

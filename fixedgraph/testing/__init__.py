@@ -1,0 +1,1 @@
+"""Helpers for checking fixedgraph against independent references (needs torch + transformers)."""

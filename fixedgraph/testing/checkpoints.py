@@ -1,0 +1,78 @@
+"""Random-weight Hugging Face models of known shapes, built with transformers.
+
+Weights are drawn in float32 and rounded to bf16 before anything uses them, so a float32
+transformers run and fixedgraph's bf16 run start from identical parameter values.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+# name -> (transformers config class, kwargs). Tiny configs cover every family feature:
+# llama3 rope scaling, QKV bias, QK-norm with an independent head_dim, tied/untied heads, GQA
+# ratios, and sizes that are not multiples of 64/128.
+CONFIGS: dict[str, tuple[str, dict]] = {
+    "tiny-llama": ("LlamaConfig", dict(
+        vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 64}, tie_word_embeddings=False)),
+    "tiny-qwen2": ("Qwen2Config", dict(
+        vocab_size=1000, hidden_size=192, intermediate_size=520, num_hidden_layers=2, num_attention_heads=3,
+        num_key_value_heads=1, max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=True, use_sliding_window=False)),
+    "tiny-qwen3": ("Qwen3Config", dict(
+        vocab_size=1000, hidden_size=200, intermediate_size=400, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=128, max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=False, use_sliding_window=False)),
+    "tiny-mistral": ("MistralConfig", dict(
+        vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=1024, rms_norm_eps=1e-5, sliding_window=None,
+        tie_word_embeddings=False)),
+    "qwen3-0.6b": ("Qwen3Config", dict(
+        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=True, use_sliding_window=False)),
+    "qwen3-8b": ("Qwen3Config", dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=False, use_sliding_window=False)),
+    "llama3-8b": ("LlamaConfig", dict(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0,
+        tie_word_embeddings=False)),
+}
+
+
+def hf_config(name: str, **overrides):
+    import transformers
+
+    cls_name, kwargs = CONFIGS[name]
+    kwargs = {**kwargs, "initializer_range": 0.08 if name.startswith("tiny") else 0.02, **overrides}
+    return getattr(transformers, cls_name)(**kwargs)
+
+
+def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "float32"):
+    """A transformers model of config ``name`` with random weights rounded to bf16."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = hf_config(name)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+            if p.ndim == 1:  # norm weights: around 1, not exactly 1, so a missing norm shows
+                p.copy_((1.0 + 0.1 * torch.randn_like(p)).to(torch.bfloat16).to(torch.float32))
+    return model.to(getattr(torch, dtype)).eval()
+
+
+def save_checkpoint(name: str, out_dir: str | Path, seed: int = 0) -> Path:
+    """Write a random-weight bf16 safetensors checkpoint (config.json + model.safetensors)."""
+    import torch
+
+    out = Path(out_dir)
+    model = random_model(name, seed)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    return out

@@ -1,0 +1,19 @@
+"""The dense decoder on the H200 against transformers in float32 on the same bf16 weights."""
+import pytest
+
+from tests.model_checks import check_graph_equals_eager, check_greedy, check_teacher_forced
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "qwen3-0.6b"])
+def test_teacher_forced_logits_128_prompt_64_decode(name, cuda, tmp_path, rng):
+    check_teacher_forced(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=64)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_greedy_64_tokens_identical(name, cuda, tmp_path, rng):
+    check_greedy(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=256)
+
+
+def test_graph_replay_bitwise_equals_eager(cuda, tmp_path, rng):
+    llm, _, tokens = check_teacher_forced("tiny-qwen3", "cuda", tmp_path, rng, prompt_len=128, n_new=16, chunk=128)
+    check_graph_equals_eager(llm, tokens, 128)

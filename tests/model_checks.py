@@ -1,0 +1,55 @@
+"""The model checks shared by tests/reference (CPU, CI) and tests/gpu (H200)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fixedgraph.engine import LLM
+from fixedgraph.models.config import ModelConfig
+from fixedgraph.sampling import SamplingParams
+
+
+def build(name: str, backend: str, tmp_path, max_model_len: int, chunk: int, seed: int):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from fixedgraph.testing.checkpoints import random_model
+
+    model = random_model(name, seed, device="cuda" if backend == "cuda" else "cpu")
+    import torch
+
+    model.to(torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
+    model.to(torch.float32)
+    llm = LLM(tmp_path, backend=backend, max_model_len=max_model_len, prefill_chunk=chunk, progress=False)
+    assert llm.device.kind == backend
+    return model, llm
+
+
+def check_teacher_forced(name, backend, tmp_path, rng, prompt_len, n_new, chunk, tol=1e-2):
+    """Max relative logit error vs float32 transformers must be <= tol, or, where bf16 itself
+    cannot get there on this model, no worse than 1.25x transformers' own bf16 error."""
+    from fixedgraph.testing.hf_compare import compare_teacher_forced
+
+    model, llm = build(name, backend, tmp_path, prompt_len + n_new + 8, chunk, int(rng.integers(1 << 30)))
+    tokens = rng.integers(0, llm.config.vocab_size, size=prompt_len + n_new).tolist()
+    res = compare_teacher_forced(llm, model, tokens, prompt_len)
+    print(f"{name} on {backend}: {res}")
+    assert res["max_rel_err"] <= max(tol, 1.25 * res["hf_bf16_max_rel_err"]), res
+    assert res["argmax_agree"] >= 0.95, res
+    return llm, model, tokens
+
+
+def check_greedy(name, backend, tmp_path, rng, prompt_len, n_new, chunk):
+    from fixedgraph.testing.hf_compare import hf_greedy
+
+    model, llm = build(name, backend, tmp_path, prompt_len + n_new + 8, chunk, int(rng.integers(1 << 30)))
+    prompt = rng.integers(0, llm.config.vocab_size, size=prompt_len).tolist()
+    ours = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True))[0]
+    ref = hf_greedy(model, prompt, n_new)
+    assert ours.token_ids == ref, f"first divergence at step {next(i for i, (a, b) in enumerate(zip(ours.token_ids, ref)) if a != b)}"
+    assert ours.finish_reason == "length" and len(ours.token_ids) == n_new
+
+
+def check_graph_equals_eager(llm, tokens, prompt_len):
+    graph = llm.runner.teacher_forced_logits(tokens, prompt_len)
+    eager = llm.runner.teacher_forced_logits(tokens, prompt_len, eager=True)
+    assert np.array_equal(graph.view(np.uint32), eager.view(np.uint32)), "graph replay differs from the eager program"

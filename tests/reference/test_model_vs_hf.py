@@ -1,0 +1,19 @@
+"""The dense decoder on the reference backend against transformers on the CPU (tiny configs)."""
+import pytest
+
+from tests.model_checks import check_graph_equals_eager, check_greedy, check_teacher_forced
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"])
+def test_teacher_forced_logits(name, tmp_path, rng):
+    # 40-token prompt in 16-token chunks: three prefill passes, the last one padded
+    check_teacher_forced(name, "reference", tmp_path, rng, prompt_len=40, n_new=12, chunk=16)
+
+
+def test_greedy_tokens_match(tmp_path, rng):
+    check_greedy("tiny-qwen3", "reference", tmp_path, rng, prompt_len=20, n_new=16, chunk=16)
+
+
+def test_graph_replay_equals_eager(tmp_path, rng):
+    llm, _, tokens = check_teacher_forced("tiny-qwen2", "reference", tmp_path, rng, prompt_len=17, n_new=4, chunk=16)
+    check_graph_equals_eager(llm, tokens, 17)
