@@ -50,6 +50,8 @@ class Runner:
         self.graphs = self._build_graphs()
         self._seen_words = -(-model.V // 32)
         self._next_seq = 0
+        self.host_step_s = 0.0  # host time spent preparing + launching decode steps (no waiting)
+        self.host_steps = 0
 
     def _build_graphs(self) -> Graphs:
         host = {STAGING: self.staging, RING: self.ring}
@@ -121,6 +123,7 @@ class Runner:
                 max_steps = min(max_steps, max(0, max_new_tokens - 1))
             while True:
                 while launched < max_steps and launched - consumed < self.lookahead:
+                    t_host = time.perf_counter()
                     step = launched + 1
                     pos = n + step - 1
                     self.alloc.ensure(seq, pos + 1)
@@ -137,6 +140,8 @@ class Runner:
                     self.ring_i32[(step % s.ring_len)] = _SENTINEL
                     self._launch(graph, step)
                     launched += 1
+                    self.host_step_s += time.perf_counter() - t_host
+                    self.host_steps += 1
                 if consumed == launched:
                     return
                 consumed += 1

@@ -50,7 +50,8 @@ def graph_replay_ms(llm: LLM, reps: int = 200) -> float:
     return drv.event_elapsed_ms(e0, e1) / reps
 
 
-def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: int) -> dict:
+def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: int,
+                profile_dir: str | None = None) -> dict:
     hf = random_model(name, seed, device="cuda", dtype="bfloat16")
     cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
     t0 = time.perf_counter()
@@ -60,7 +61,8 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
     prompt = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=prompt_len).tolist()
     params = SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True)
     llm.generate([prompt], SamplingParams(temperature=0, max_tokens=32, ignore_eos=True))  # warm up
-    cpu0, t0 = time.process_time(), time.perf_counter()
+    llm.runner.host_step_s, llm.runner.host_steps = 0.0, 0
+    cpu0 = time.process_time()
     out = llm.generate([prompt], params)[0]
     cpu = time.process_time() - cpu0
     m = out.metrics
@@ -72,10 +74,20 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         "fixedgraph_ms_per_token": m.tpot_s * 1e3, "fixedgraph_tok_per_s": m.tokens_per_s,
         "fixedgraph_ttft_ms": m.ttft_s * 1e3, "graph_replay_gpu_ms": replay_ms,
         "floor_ms": floor_ms, "fraction_of_floor": floor_ms / (m.tpot_s * 1e3),
-        "host_cpu_us_per_step": cpu / max(1, len(out.token_ids)) * 1e6,
+        "host_us_per_step": llm.runner.host_step_s / max(1, llm.runner.host_steps) * 1e6,
+        "process_cpu_us_per_step_incl_wait": cpu / max(1, len(out.token_ids)) * 1e6,
         "decode_nodes": llm.runner.graphs.decode[(1, False)].num_nodes,
     }
     ours = out.token_ids
+    if profile_dir:
+        from fixedgraph.profile import chrome_trace, format_table, profile_decode
+
+        prof = profile_decode(llm, context=prompt_len, copy_gbps=copy_gbps, gen_tokens=128)
+        print(format_table(prof), flush=True)
+        Path(profile_dir, f"profile_{name}.json").write_text(json.dumps(prof, indent=1, default=str))
+        Path(profile_dir, f"trace_{name}.json").write_text(chrome_trace(prof))
+        res["profile_graph_step_gpu_us"] = prof["graph_step_gpu_us"]
+        res["profile_idle_between_steps_us"] = prof["gpu_idle_between_steps_us"]
     llm.close()
     del llm
     torch.cuda.synchronize()
@@ -100,13 +112,14 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json")
+    ap.add_argument("--profile-dir", help="also profile each model's decode step; write JSON + traces here")
     args = ap.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     copy_gbps = peers.copy_bandwidth_GBps()
     results = {"commit": commit or "unknown", "device": torch.cuda.get_device_name(), "copy_GBps": copy_gbps,
                "prompt": args.prompt, "new_tokens": args.new, "models": []}
     for name in args.models.split(","):
-        res = bench_model(name, args.prompt, args.new, copy_gbps, args.seed)
+        res = bench_model(name, args.prompt, args.new, copy_gbps, args.seed, args.profile_dir)
         results["models"].append(res)
         print(json.dumps(res, indent=1), flush=True)
     print(f"\ncopy bandwidth {copy_gbps:.0f} GB/s   prompt {args.prompt}   new {args.new}")
@@ -114,7 +127,7 @@ def main() -> int:
     print(hdr)
     for r in results["models"]:
         print(f"{r['model']:<12} {r['fixedgraph_ms_per_token']:>11.3f} {r['floor_ms']:>9.3f} "
-              f"{r['fraction_of_floor']:>8.2f} {r['host_cpu_us_per_step']:>8.1f} "
+              f"{r['fraction_of_floor']:>8.2f} {r['host_us_per_step']:>8.1f} "
               f"{r.get('hf_eager_ms_per_token', float('nan')):>9.3f} {r.get('torch_graph_ms_per_token', float('nan')):>11.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -45,10 +45,14 @@ if want runtime; then
   cat "$OUT/bench_runtime.log"
 fi
 if want model && [ -f tools/bench.py ]; then
-  python3 tools/bench.py --json "$OUT/bench_model.json" ${BENCH_ARGS:-} > "$OUT/bench_model.log" 2>&1
+  mkdir -p "$OUT/prof"
+  python3 tools/bench.py --json "$OUT/bench_model.json" --profile-dir "$OUT/prof" ${BENCH_ARGS:-} > "$OUT/bench_model.log" 2>&1
   note "bench model rc=$?"
-  tail -30 "$OUT/bench_model.log"
+  grep -v '^ ' "$OUT/bench_model.log" | grep -v '^[{}]' | tail -60
 fi
 echo
 echo "================ summary ================"
 printf '%s\n' "${summary[@]}"
+
+# At most 8 files come back from the GPU machine: pack everything into one archive.
+(cd "$OUT" && tar czf results.tgz --exclude results.tgz * && find . -mindepth 1 ! -name results.tgz -delete)

@@ -47,12 +47,18 @@ def hf_config(name: str, **overrides):
     import transformers
 
     cls_name, kwargs = CONFIGS[name]
-    kwargs = {**kwargs, "initializer_range": 0.08 if name.startswith("tiny") else 0.02, **overrides}
+    kwargs = {**kwargs, "initializer_range": 0.02, **overrides}
     return getattr(transformers, cls_name)(**kwargs)
 
 
-def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "float32"):
-    """A transformers model of config ``name`` with random weights rounded to bf16."""
+def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "float32",
+                 embed_std: float = 0.25):
+    """A transformers model of config ``name`` with random weights rounded to bf16.
+
+    Embedding and head rows get std ``embed_std`` (the rest transformers' 0.02): logits then
+    have clear margins, as a trained model's do, instead of the near-ties of a fresh init, and
+    small float differences do not flip greedy picks or grow chaotically through the layers.
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -61,6 +67,8 @@ def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "fl
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with torch.no_grad():
+        for emb in {id(m.weight): m.weight for m in (model.get_input_embeddings(), model.get_output_embeddings())}.values():
+            emb.normal_(0.0, embed_std)
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
             if p.ndim == 1:  # norm weights: around 1, not exactly 1, so a missing norm shows

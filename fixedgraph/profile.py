@@ -1,0 +1,195 @@
+"""Where a decode step's time goes: per kernel node GPU time, bytes, FLOPs, bandwidth.
+
+The decode program is replayed eagerly with an event before every launch (no Python between
+launches), many times; each node's median time is compared with the bytes it must move (each
+operand once) over the measured copy bandwidth. Also: the graph's step time, the GPU idle time
+between queued steps, host µs per step. Output: a table, JSON and a Chrome/Perfetto trace.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from fixedgraph.backends.base import BoundLaunch
+from fixedgraph.backends.reference.twins import param_names
+from fixedgraph.models.dense import RING, STAGING
+from fixedgraph.sampling import SamplingParams
+
+
+@dataclass
+class NodeCost:
+    index: int
+    label: str
+    entry: str
+    grid: tuple
+    block: tuple
+    us: float
+    bytes: int
+    flops: int
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / (self.us * 1e3) if self.us > 0 else 0.0
+
+
+def node_cost(b: BoundLaunch, context: int) -> tuple[int, int]:
+    """(bytes a launch must move, FLOPs it must do) from its entry and arguments."""
+    names = param_names(b.entry.name, len(b.values)) or []
+    a = dict(zip(names, b.values))
+    e, rows = b.entry.name, b.op.grid[0]
+    if e.startswith(("gemv_bf16", "gemm_bf16")):
+        r, N, K = a.get("rows", a.get("M", 1)), a["N"], a["K"]
+        out = 4 if e.endswith("f32out") else 2
+        return N * K * 2 + r * K * 2 + r * N * out + (N * 2 if a.get("bias") else 0), 2 * r * N * K
+    if e == "add_rmsnorm":
+        H = a["H"]
+        return rows * H * (8 + (2 if a.get("delta") else 0) + 2) + H * 2, rows * H * 6
+    if e == "embed_gather":
+        return rows * a["H"] * 6, 0
+    if e == "qk_norm_rope_kv":
+        r, Hq, Hkv, D = a["rows"], a["Hq"], a["Hkv"], a["D"]
+        return r * (Hq + 2 * Hkv) * D * 2 + r * (Hq + 2 * Hkv) * D * 2 + r * D * 4, r * (Hq + Hkv) * D * 8
+    if e.startswith("paged_attention_decode"):
+        r, Hq, Hkv, D = a["rows"], a["Hq"], a["Hkv"], a["D"]
+        return r * context * Hkv * D * 4 + r * Hq * D * 4, r * Hq * context * D * 4
+    if e == "paged_attention_combine":
+        return a["rows"] * a["Hq"] * a["num_splits"] * (a["D"] + 2) * 4 + a["rows"] * a["Hq"] * a["D"] * 2, 0
+    if e == "silu_mul":
+        return a["rows"] * a["I"] * 6, a["rows"] * a["I"] * 5
+    if e in ("argmax_rows", "sample_rows"):
+        return a["rows"] * a["V"] * 4, 0
+    if e == "stage_meta":
+        return a["words"] * 8, 0
+    if e == "gather_rows_bf16":
+        return rows * a["H"] * 4, 0
+    return 0, 0
+
+
+def _eager_decode(llm, context: int):
+    """Place one sequence at ``context`` tokens and bind an eager width-1 decode program whose
+    metadata slot describes the next step."""
+    r, m = llm.runner, llm.model
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, m.V, size=context).tolist()
+    seq = r._next_seq
+    r._next_seq += 1
+    r.alloc.allocate(seq, context + 1)
+    r._prefill(seq, prompt, SamplingParams(temperature=0), 0, False)
+    layout = m.decode_meta[1]
+    blob, dev_addr = r._slot(1)
+    v = layout.views(blob)
+    v["positions"][0] = context
+    v["slot"][0] = r.alloc.slot(seq, context)
+    v["seq_len"][0] = context + 1
+    table = r.alloc.block_table(seq)
+    v["block_table"][0, : len(table)] = table
+    v["step"][0] = 1
+    bound = llm.device.bind(m.decode_program(1, False), llm.arena, {STAGING: r.staging, RING: r.ring})
+    op0 = bound.ops[0].op
+    bound.repack(0, args=[op0.args[0], dev_addr, op0.args[2]])
+    bound.oplist = llm.device._oplist(bound)
+    return seq, bound
+
+
+def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | None = None,
+                   gen_tokens: int = 256) -> dict:
+    """Profile the width-1 greedy decode step of a booted CUDA ``LLM`` at ``context`` tokens."""
+    from fixedgraph import _driver as drv
+
+    dev = llm.device
+    if dev.kind != "cuda":
+        raise RuntimeError("profiling needs the CUDA backend")
+    seq, bound = _eager_decode(llm, context)
+    n = bound.oplist.n
+    events = [drv.event_create() for _ in range(n + 1)]
+    per_op: list[list[float]] = [[] for _ in range(n)]
+    for rep in range(reps + 3):
+        bound.oplist.run_timed(dev.stream, events)
+        drv.event_synchronize(events[-1])
+        if rep >= 3:
+            for i in range(n):
+                per_op[i].append(drv.event_elapsed_ms(events[i], events[i + 1]) * 1e3)
+    eager_total = [sum(col) for col in zip(*per_op)]
+    nodes = []
+    for i, b in enumerate(bound.ops):
+        if not isinstance(b, BoundLaunch):
+            continue
+        nbytes, flops = node_cost(b, context + 1)
+        nodes.append(NodeCost(i, b.op.label, b.entry.name, b.op.grid, b.op.block, statistics.median(per_op[i]),
+                              nbytes, flops))
+    # the graph itself: GPU time of a replay, then steady-state generation
+    g = llm.runner.graphs.decode[(1, False)]
+    e0, e1 = drv.event_create(), drv.event_create()
+    dev.synchronize()
+    drv.event_record(e0, dev.stream)
+    for _ in range(reps):
+        g.launch()
+    drv.event_record(e1, dev.stream)
+    drv.event_synchronize(e1)
+    graph_us = drv.event_elapsed_ms(e0, e1) * 1e3 / reps
+    llm.runner.alloc.free(seq)
+    for e in events + [e0, e1]:
+        drv.event_destroy(e)
+    r = llm.runner
+    r.host_step_s, r.host_steps = 0.0, 0
+    prompt = np.random.default_rng(1).integers(0, llm.model.V, size=context).tolist()
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=gen_tokens, ignore_eos=True))[0]
+    tpot_us = out.metrics.tpot_s * 1e6
+    total_bytes = sum(x.bytes for x in nodes)
+    res = {
+        "context": context, "launches_per_step": len(nodes), "graph_nodes": g.num_nodes,
+        "graph_step_gpu_us": graph_us, "eager_step_gpu_us": statistics.median(eager_total),
+        "sum_node_us": sum(x.us for x in nodes), "tpot_us": tpot_us,
+        "gpu_idle_between_steps_us": max(0.0, tpot_us - graph_us),
+        "host_us_per_step": r.host_step_s / max(1, r.host_steps) * 1e6,
+        "bytes_per_step": total_bytes, "copy_GBps": copy_gbps,
+        "floor_us": total_bytes / (copy_gbps * 1e3) if copy_gbps else None,
+        "nodes": [dict(asdict(x), gbps=x.gbps) for x in nodes],
+    }
+    return res
+
+
+def by_entry(res: dict) -> list[tuple[str, int, float, int]]:
+    agg: dict[str, list] = {}
+    for x in res["nodes"]:
+        a = agg.setdefault(x["entry"], [0, 0.0, 0])
+        a[0] += 1
+        a[1] += x["us"]
+        a[2] += x["bytes"]
+    return sorted(((k, v[0], v[1], v[2]) for k, v in agg.items()), key=lambda t: -t[2])
+
+
+def format_table(res: dict, top: int = 25) -> str:
+    bw = res.get("copy_GBps") or 0
+    total = res["sum_node_us"]
+    lines = [f"decode step at context {res['context']}: graph {res['graph_step_gpu_us']:.1f} us GPU, "
+             f"tpot {res['tpot_us']:.1f} us, idle between steps {res['gpu_idle_between_steps_us']:.1f} us, "
+             f"host {res['host_us_per_step']:.1f} us/step, {res['launches_per_step']} launches"]
+    if res.get("floor_us"):
+        lines.append(f"bytes/step {res['bytes_per_step'] / 1e6:.1f} MB; floor {res['floor_us']:.1f} us at "
+                     f"{bw:.0f} GB/s; graph at {res['floor_us'] / res['graph_step_gpu_us'] * 100:.0f}% of floor")
+    lines.append(f"{'entry':<28} {'n':>4} {'us':>9} {'share':>6} {'GB/s':>7} {'of bw':>6}")
+    for entry, n, us, nbytes in by_entry(res):
+        gbps = nbytes / (us * 1e3) if us else 0
+        lines.append(f"{entry:<28} {n:>4} {us:>9.1f} {us / total * 100:>5.1f}% {gbps:>7.0f} "
+                     f"{gbps / bw * 100 if bw else 0:>5.0f}%")
+    lines.append(f"slowest nodes:")
+    for x in sorted(res["nodes"], key=lambda x: -x["us"])[:top]:
+        lines.append(f"  {x['index']:>4} {x['label'][:30]:<30} {x['entry']:<26} {x['us']:>8.1f} us "
+                     f"{x['gbps']:>6.0f} GB/s grid {x['grid'][0]}")
+    return "\n".join(lines)
+
+
+def chrome_trace(res: dict) -> str:
+    """The eager per-node timeline as a Chrome/Perfetto trace (open in ui.perfetto.dev)."""
+    t, events = 0.0, []
+    for x in res["nodes"]:
+        events.append({"name": x["label"] or x["entry"], "cat": x["entry"], "ph": "X", "ts": t, "dur": x["us"],
+                       "pid": 0, "tid": 0, "args": {"bytes": x["bytes"], "GB/s": round(x["gbps"], 1),
+                                                     "grid": list(x["grid"])}})
+        t += x["us"]
+    return json.dumps({"traceEvents": events, "displayTimeUnit": "ns"})

@@ -1,0 +1,5 @@
+from tests.smollm2_check import check_smollm2_greedy
+
+
+def test_default_model_greedy_text_equals_transformers():
+    check_smollm2_greedy("reference", 12)
