@@ -40,6 +40,7 @@ class Param:
 class Entry:
     name: str
     params: tuple[Param, ...]
+    waits: bool = False  # body executes griddepcontrol.wait: safe to launch programmatically
 
     @property
     def param_bytes(self) -> int:
@@ -83,11 +84,13 @@ def parse_ptx(text: str, source: str = "<ptx>") -> dict[str, Entry]:
     if not re.search(r"^\s*\.target\s+\w+", text, re.M):
         raise PtxError(f"{source}: not PTX (no .target directive)")
     entries: dict[str, Entry] = {}
-    for m in _ENTRY.finditer(text):
+    matches = list(_ENTRY.finditer(text))
+    for k, m in enumerate(matches):
         name = m["name"]
         if name in entries:
             raise PtxError(f"{source}: entry {name} is defined twice")
-        entries[name] = Entry(name, parse_params(name, m["params"]))
+        body = text[m.end() : matches[k + 1].start() if k + 1 < len(matches) else len(text)]
+        entries[name] = Entry(name, parse_params(name, m["params"]), "griddepcontrol.wait" in body)
     if ".entry" in text and not entries:
         raise PtxError(f"{source}: has .entry directives but none could be parsed")
     return entries

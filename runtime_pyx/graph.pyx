@@ -30,6 +30,7 @@ cdef struct Op:
     char* argbuf          # packed parameter bytes (owned)
     void** params         # one pointer per parameter into argbuf (owned)
     int nparams
+    int pdl               # kernel executes griddepcontrol.wait first: its in-edge may be programmatic
     CUdeviceptr dst
     CUdeviceptr src
     size_t src_host
@@ -77,11 +78,14 @@ cdef class OpList:
             raise IndexError(f"op index {i} out of range for {self.n} ops")
         return &self.ops[i]
 
-    def add_kernel(self, size_t func, grid, block, unsigned int shared, bytes args, offsets):
+    def add_kernel(self, size_t func, grid, block, unsigned int shared, bytes args, offsets, bint pdl=False):
+        """``pdl``: the kernel waits on its predecessor (griddepcontrol.wait) before reading
+        anything, so the graph may launch it programmatically, overlapping the predecessor's tail."""
         cdef Op* op = self._push()
         cdef int i
         cdef size_t size = len(args)
         op.kind = KERNEL
+        op.pdl = pdl
         op.func = <cydriver.CUfunction>func
         for i in range(3):
             op.grid[i] = grid[i]
@@ -229,13 +233,14 @@ cdef class GraphExec:
     cdef OpList ops
     cdef cydriver.CUcontext ctx
     cdef public int num_nodes
+    cdef public int num_programmatic
 
-    def __cinit__(self, OpList ops, size_t ctx, size_t stream):
+    def __cinit__(self, OpList ops, size_t ctx, size_t stream, bint use_pdl=True):
         cdef int i
+        cdef cydriver.CUgraphEdgeData edge
         cdef Op* op
         cdef cydriver.CUDA_KERNEL_NODE_PARAMS kp
         cdef cydriver.CUDA_MEMCPY3D cp
-        cdef cydriver.CUgraphNode* dep
         cdef CUresult r
         self.graph = NULL
         self.exe = NULL
@@ -246,17 +251,29 @@ cdef class GraphExec:
         if self.nodes == NULL:
             raise MemoryError()
         _check(cydriver.cuGraphCreate(&self.graph, 0), "cuGraphCreate", -1)
+        self.num_programmatic = 0
         for i in range(ops.n):
             op = &ops.ops[i]
-            dep = &self.nodes[i - 1] if i > 0 else NULL
             if op.kind == KERNEL:
                 _fill_kernel_params(&kp, op)
-                r = cydriver.cuGraphAddKernelNode(&self.nodes[i], self.graph, dep, 1 if i > 0 else 0, &kp)
+                r = cydriver.cuGraphAddKernelNode(&self.nodes[i], self.graph, NULL, 0, &kp)
                 _check(r, "cuGraphAddKernelNode", i)
             else:
                 _fill_copy_params(&cp, op)
-                r = cydriver.cuGraphAddMemcpyNode(&self.nodes[i], self.graph, dep, 1 if i > 0 else 0, &cp, self.ctx)
+                r = cydriver.cuGraphAddMemcpyNode(&self.nodes[i], self.graph, NULL, 0, &cp, self.ctx)
                 _check(r, "cuGraphAddMemcpyNode", i)
+            if i == 0:
+                continue
+            # NOTE: an edge into a kernel that waits (griddepcontrol.wait) may be programmatic:
+            # the kernel is launched while its predecessor drains and waits for it on the GPU.
+            # Kernels that do not wait get full edges, so completion stays transitive.
+            memset(&edge, 0, sizeof(edge))
+            if use_pdl and op.kind == KERNEL and op.pdl and ops.ops[i - 1].kind == KERNEL:
+                edge.type = cydriver.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+                edge.from_port = cydriver.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+                self.num_programmatic += 1
+            r = cydriver.cuGraphAddDependencies(self.graph, &self.nodes[i - 1], &self.nodes[i], &edge, 1)
+            _check(r, "cuGraphAddDependencies", i)
         _check(cydriver.cuGraphInstantiate(&self.exe, self.graph, 0), "cuGraphInstantiate", -1)
         _check(cydriver.cuGraphUpload(self.exe, <cydriver.CUstream>stream), "cuGraphUpload", -1)
 

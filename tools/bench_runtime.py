@@ -77,6 +77,12 @@ def main() -> int:
         res[f"graph_launch_host_us_{n}"] = host_us_per_launch(g.launch, batch, 30, dev.synchronize)
         res[f"graph_gpu_us_{n}"] = gpu_us(dev, g.launch, 50)
     res["gpu_us_per_node"] = (res["graph_gpu_us_1000"] - res["graph_gpu_us_1"]) / 999
+    # the same 1000-node chain with plain edges (PDL off) for comparison
+    dev.use_pdl = False
+    g_plain = dev.graph(dev.bind(noop_program(1000), arena))
+    dev.use_pdl = True
+    res["graph_gpu_us_1000_no_pdl"] = gpu_us(dev, g_plain.launch, 50)
+    res["programmatic_edges_1000"] = dev.graph(dev.bind(noop_program(1000), arena)).num_programmatic
 
     # node patching: Cython path (pre-packed args) and the Python CudaGraph.patch path
     g = dev.graph(dev.bind(noop_program(100), arena))

@@ -6,6 +6,7 @@ Modules are loaded from the committed PTX on first use of one of their entries.
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 
@@ -41,6 +42,9 @@ class CudaDevice:
         self._shared_optin: dict[str, int] = {}
         self._host: list[int] = []
         self._props = self.drv.device_properties(ordinal)
+        # Programmatic dependent launch (Hopper+): graph edges into kernels that wait on their
+        # predecessor let the next launch overlap the previous kernel's tail.
+        self.use_pdl = self._props["cc_major"] >= 9 and os.environ.get("FIXEDGRAPH_PDL", "1") != "0"
 
     def properties(self) -> dict:
         return dict(self._props)
@@ -110,7 +114,8 @@ class CudaDevice:
         ops = self._graphmod.OpList()
         for op in bound.ops:
             if isinstance(op, BoundLaunch):
-                ops.add_kernel(self._prepare(op), op.op.grid, op.op.block, op.op.shared, op.packed, op.offsets)
+                ops.add_kernel(self._prepare(op), op.op.grid, op.op.block, op.op.shared, op.packed, op.offsets,
+                               op.entry.waits)
             else:
                 ops.add_copy(op.dst, op.src, op.op.nbytes, op.src_is_host)
         return ops
@@ -142,8 +147,9 @@ class CudaGraph:
         # The graph owns its own packed ops so patching it never changes the eager program.
         self.bound = Bound(bound.program, list(bound.ops), bound.resolve)
         self.ops = device._oplist(self.bound)
-        self.exe = device._graphmod.GraphExec(self.ops, device.ctx, device.stream)
+        self.exe = device._graphmod.GraphExec(self.ops, device.ctx, device.stream, device.use_pdl)
         self.num_nodes = self.exe.num_nodes
+        self.num_programmatic = self.exe.num_programmatic
 
     def launch(self) -> None:
         self.exe.launch(self.device.stream)

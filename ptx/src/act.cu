@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "common_ops.cuh"
+#include "pdl.cuh"
 
 // HF's bf16 rounding: F.silu returns a bf16 tensor, and the product with up is rounded again.
 __device__ __forceinline__ float silu_mul_one(float g, float u) {
@@ -20,6 +21,7 @@ extern "C" __global__ void silu_mul(
     unsigned rows,                     // token rows
     unsigned I)                        // intermediate size
 {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const unsigned col0 = blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned col_stride = gridDim.x * blockDim.x;
     if (I % 8 == 0 && aligned_to(out, 16) && aligned_to(gate_up, 16)) {

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "common_ops.cuh"
+#include "pdl.cuh"
 
 constexpr int kNone = 0x7fffffff;  // index of an empty candidate: loses to every real one
 
@@ -51,6 +52,7 @@ extern "C" __global__ void argmax_rows(
     unsigned rows,                        // token rows
     unsigned V)                           // vocabulary size
 {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     __shared__ float warp_val[32];
     __shared__ int warp_idx[32];
     if ((blockDim.x & 31u) != 0) return;  // full-mask shuffles need whole warps

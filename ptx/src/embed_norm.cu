@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common_ops.cuh"
+#include "pdl.cuh"
 
 // hidden[r, :] = float(table[tokens[r], :]). A token outside [0, V) fills its row with NaN so
 // that a bad id is visible downstream instead of reading past the table.
@@ -18,6 +19,7 @@ extern "C" __global__ void embed_gather(
     unsigned H,                        // hidden size
     unsigned V)                        // vocabulary size (table rows)
 {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const unsigned r = blockIdx.x;
     const int token = tokens[r];
     float* dst = hidden + (size_t)r * H;
@@ -131,6 +133,7 @@ extern "C" __global__ void add_rmsnorm(
     unsigned H,                        // hidden size
     float eps)                         // variance epsilon
 {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     __shared__ float scratch[32];
     if ((blockDim.x & 31u) != 0) return;  // block_sum's full-mask shuffles need whole warps
     const size_t base = (size_t)blockIdx.x * H;

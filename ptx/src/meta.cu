@@ -2,12 +2,14 @@
 // region, and pick rows out of an activation buffer by an index read from that metadata.
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include "pdl.cuh"
 
 // dst[i] = src[i] for i < words.  src: the device-mapped address of one pinned host staging slot
 // (patched into the graph node per step); dst: the fixed metadata region.  [words] u32.
 // One CTA; reads go over PCIe once each, 16 bytes at a time when aligned.
 extern "C" __global__ void stage_meta(unsigned int* __restrict__ dst, const unsigned int* __restrict__ src,
                                       unsigned int words) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const bool vec = ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
     unsigned int head = 0;
     if (vec) {
@@ -25,6 +27,7 @@ extern "C" __global__ void stage_meta(unsigned int* __restrict__ dst, const unsi
 // Grid (n), any block size.  An index outside [0, T) is clamped to 0 (never read out of bounds).
 extern "C" __global__ void gather_rows_bf16(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ in,
                                             const int* __restrict__ idx, unsigned int T, unsigned int H) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const unsigned int j = blockIdx.x;
     int r = idx[j];
     if (r < 0 || (unsigned int)r >= T) r = 0;

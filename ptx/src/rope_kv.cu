@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common_ops.cuh"
+#include "pdl.cuh"
 
 constexpr unsigned kMaxHalf = 128;  // head_dim <= 256: a lane holds at most 4 pairs
 
@@ -126,6 +127,7 @@ extern "C" __global__ void qk_norm_rope_kv(
     bf16* __restrict__ v_pool,             // [num_blocks, block_size, Hkv, D] bf16
     unsigned rows, unsigned Hq, unsigned Hkv, unsigned D, float eps)
 {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const unsigned half = D / 2;
     // A partial warp would make the full-mask shuffles undefined; an odd or too-wide head has
     // no pairing. Such launches write nothing (the outputs stay visibly poisoned).

@@ -1,10 +1,12 @@
 // Small kernels that exercise the driver runtime itself (copies, scalars of each width,
 // reductions, a deliberate fault). The runtime tests and `fixedgraph doctor` launch them.
 #include <stdint.h>
+#include "pdl.cuh"
 
 // dst[i] = src[i] for i < n.  dst, src: [n] f32.  Grid-stride, any grid.
 extern "C" __global__ void copy_f32(float* __restrict__ dst, const float* __restrict__ src,
                                     unsigned long long n) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x)
         dst[i] = src[i];
@@ -13,6 +15,7 @@ extern "C" __global__ void copy_f32(float* __restrict__ dst, const float* __rest
 // y[i] = a * x[i] + y[i] for i < n.  x, y: [n] f32.
 extern "C" __global__ void axpy_f32(float* __restrict__ y, const float* __restrict__ x, float a,
                                     unsigned int n) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         y[i] = fmaf(a, x[i], y[i]);
 }
@@ -21,6 +24,7 @@ extern "C" __global__ void axpy_f32(float* __restrict__ y, const float* __restri
 // x: [rows, n] f32; out: [rows] f64.  Deterministic: fixed tree order, no atomics.
 extern "C" __global__ void reduce_rows_f64(double* __restrict__ out, const float* __restrict__ x,
                                            unsigned int n) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     __shared__ double partial[256];
     const float* row = x + (unsigned long long)blockIdx.x * n;
     double acc = 0.0;
@@ -38,6 +42,7 @@ extern "C" __global__ void reduce_rows_f64(double* __restrict__ out, const float
 // out: [6] f64 = (a, b, c, d, e, f) as doubles.
 extern "C" __global__ void scalars_probe(double* out, unsigned char a, short b, float c,
                                          long long d, unsigned int e, double f) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         out[0] = a; out[1] = b; out[2] = c; out[3] = (double)d; out[4] = e; out[5] = f;
     }
@@ -46,14 +51,18 @@ extern "C" __global__ void scalars_probe(double* out, unsigned char a, short b, 
 // Writes through a caller-chosen address: with a bad one it faults (the checked-mode test).
 // out[0] = value.
 extern "C" __global__ void store_u32(unsigned int* out, unsigned int value) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = value;
 }
 
 // log[meta[0]] = meta[1]: proves that per-launch staging copies deliver each launch's metadata
 // even when many launches are queued before any completes.  meta: [2] u32; log: [n] u32.
 extern "C" __global__ void record_meta(unsigned int* log, const unsigned int* meta, unsigned int n) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     if (blockIdx.x == 0 && threadIdx.x == 0 && meta[0] < n) log[meta[0]] = meta[1];
 }
 
 // Does nothing: the unit of launch-overhead and per-node graph measurements.
-extern "C" __global__ void noop() {}
+extern "C" __global__ void noop() {
+    FG_PDL_WAIT();  /* PDL: wait for the predecessor grid */
+}

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "sample.cuh"
+#include "pdl.cuh"
 
 using namespace sample;
 
@@ -111,6 +112,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(
     unsigned rows,                         // rows to sample
     unsigned V)                            // vocabulary size
 {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     __shared__ unsigned s_cnt[kBins];
     __shared__ unsigned long long s_mass[kBins];
     __shared__ float s_v[kWarps];

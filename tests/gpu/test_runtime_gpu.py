@@ -125,3 +125,21 @@ def test_device_properties(cuda):
     assert props["sm_count"] > 0 and props["total_memory"] > 0 and props["cc_major"] >= 7
     attrs = cuda.function_attributes("copy_f32")
     assert attrs["local_bytes"] == 0 and attrs["num_regs"] > 0
+
+
+def test_programmatic_edges_keep_dependent_chains_correct(cuda, rng):
+    """Every kernel waits on its predecessor, so a PDL chain computes what a plain one does."""
+    a = arena(cuda, n=1 << 20)
+    n = 1 << 20
+    x = rng.standard_normal(n).astype(np.float32)
+    a.write("x", x)
+    a.write("y", np.zeros(n, np.float32) + 1)
+    p = Program("pdl-chain")
+    for _ in range(50):  # y <- y + x, then z <- y, then x <- z: each reads the previous output
+        p.launch("axpy_f32", 264, 256, [Ref("y"), Ref("x"), 1.0, n])
+        p.launch("copy_f32", 264, 256, [Ref("z"), Ref("y"), n])
+    g = cuda.graph(cuda.bind(p, a))
+    assert g.num_programmatic == g.num_nodes - 1 if cuda.use_pdl else g.num_programmatic == 0
+    g.launch()
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("z"), 1 + 50 * x, rtol=1e-5, atol=1e-4)
