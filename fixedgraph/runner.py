@@ -76,6 +76,13 @@ class Runner:
         _, dev_addr = self._slot(k)
         graph.launch_with_u64(0, STAGE_META_SRC_PARAM, dev_addr)
 
+    def _decode_slot_views(self, k: int) -> dict:
+        """Typed views of staging slot ``k`` laid out for a width-1 decode step, and its address."""
+        blob, dev_addr = self._slot(k)
+        v = self.model.decode_meta[1].views(blob)
+        return {"pos": v["positions"], "slot": v["slot"], "seq_len": v["seq_len"], "step": v["step"],
+                "table": v["block_table"][0], "sample": v["sample"][0], "addr": dev_addr}
+
     def _wait_token(self, step: int, row: int = 0, width: int = 1) -> int:
         idx = (step % self.model.sizes.ring_len) * width + row
         t0 = time.perf_counter()
@@ -115,30 +122,40 @@ class Runner:
                 self._set_seen(prompt)
             yield self._prefill(seq, prompt, params, seed, sampling)
             graph = self.graphs.decode[(1, sampling)]
-            layout = m.decode_meta[1]
+            step_fn = graph.launch_with_u64
             n = len(prompt)
             launched = consumed = 0  # decode steps (step numbers start at 1)
             max_steps = s.max_model_len - n  # positions n .. max_model_len-1
             if max_new_tokens is not None:  # the prefill produced token 1; no step past the last
                 max_steps = min(max_steps, max(0, max_new_tokens - 1))
+            # Per-slot views, filled once per request; per step only the scalars change.
+            slots = [self._decode_slot_views(k) for k in range(self.num_slots)]
+            table = self.alloc.block_table(seq)
+            sample_row = sample_ops.pack_params([params.device_row(0, seed)])[0] if sampling else None
+            for v in slots:
+                v["table"][: len(table)] = table
+                if sampling:
+                    v["sample"][:] = sample_row
+            bs, ring_len, ring = s.block_size, s.ring_len, self.ring_i32
             while True:
                 while launched < max_steps and launched - consumed < self.lookahead:
                     t_host = time.perf_counter()
                     step = launched + 1
                     pos = n + step - 1
-                    self.alloc.ensure(seq, pos + 1)
-                    blob, _ = self._slot(step)
-                    v = layout.views(blob)
-                    v["positions"][0] = pos
-                    v["slot"][0] = self.alloc.slot(seq, pos)
+                    if pos % bs == 0 or pos >= len(table) * bs:
+                        for b in self.alloc.ensure(seq, pos + 1):  # a new block: every slot learns it
+                            table.append(b)
+                            for v in slots:
+                                v["table"][len(table) - 1] = b
+                    v = slots[step % self.num_slots]
+                    v["pos"][0] = pos
+                    v["slot"][0] = table[pos // bs] * bs + pos % bs
                     v["seq_len"][0] = pos + 1
-                    table = self.alloc.block_table(seq)
-                    v["block_table"][0, : len(table)] = table
                     v["step"][0] = step
                     if sampling:
-                        v["sample"][0] = sample_ops.pack_params([params.device_row(step, seed)])[0]
-                    self.ring_i32[(step % s.ring_len)] = _SENTINEL
-                    self._launch(graph, step)
+                        v["sample"][7] = step  # the RNG counter word of the sampling row
+                    ring[step % ring_len] = _SENTINEL
+                    step_fn(0, STAGE_META_SRC_PARAM, v["addr"])
                     launched += 1
                     self.host_step_s += time.perf_counter() - t_host
                     self.host_steps += 1

@@ -114,7 +114,10 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--profile-dir", help="also profile each model's decode step; write JSON + traces here")
     args = ap.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    import os
+
+    commit = os.environ.get("FIXEDGRAPH_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     copy_gbps = peers.copy_bandwidth_GBps()
     results = {"commit": commit or "unknown", "device": torch.cuda.get_device_name(), "copy_GBps": copy_gbps,
                "prompt": args.prompt, "new_tokens": args.new, "models": []}

@@ -1,4 +1,6 @@
-// Decode GEMV: out[r, n] = sum_k x[r, k] * W[n, k] (+ bias[n]) for 1..8 rows.
+// Decode GEMV: out[r, n] = sum_k x[r, k] * W[n, k] (+ bias[n]) for 1..8 rows, and fused
+// variants whose CTAs first build x in shared memory from the previous op's output
+// (gemv_rmsnorm_*: residual add + RMSNorm; gemv_silu_*: silu(gate) * up; see gemv.cuh).
 //
 // Batch-1 decode is bound by streaming W once from HBM, so everything here serves that:
 // - One tensor-core mma m16n8k16 covers 16 output columns x all 8 batch rows x 16 k, so W is
@@ -10,73 +12,118 @@
 // - Each warp owns a 16-column tile and a k slice (every S-th k32 block); GEMV_UNROLL blocks
 //   are loaded before any mma, so each lane keeps 2*GEMV_UNROLL 16-byte W loads in flight.
 // - When N is small the S warps of a tile split K inside the block and reduce through shared
-//   memory, so the grid still covers the SMs without a split-K scratch buffer or second pass.
-// NOTE: blockDim must be (GEMV_THREADS, 1, 1); any gridDim.x is correct (grid-stride loop).
-// S depends only on (N, K) (gemv_split below; fixedgraph/ops/gemv.py mirrors it to size
-// the grid, and a mismatch there would only cost speed, never correctness).
+//   memory, so the grid still covers the SMs without a split-K scratch buffer or second pass;
+//   small-N layers take 512-thread blocks (S up to 16) so that one batch per warp covers K.
+// - W never depends on the previous kernel, so each CTA issues its first W batch before it
+//   reads anything a predecessor wrote (x, hidden, gate_up): the prologue and, under
+//   Programmatic Dependent Launch, the wait for the predecessor overlap that DRAM latency.
+// NOTE: blockDim must be (256 or 512, 1, 1); any gridDim.x is correct (grid-stride loop).
+// S depends only on (N, K, warps) (gemv_split below; fixedgraph/ops/gemv.py mirrors it to
+// size the grid, and a mismatch there would only cost speed, never correctness).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "gemm.cuh"
+#include "gemv.cuh"
 
-#define GEMV_THREADS 256
-#define GEMV_WARPS 8
 #define GEMV_TILE_N 16   // output columns per warp tile: the mma M dimension
 #define GEMV_ROWS 8      // batch rows per pass: the mma N dimension
 #define GEMV_UNROLL 4    // k32 blocks loaded per warp before their mmas
 #define GEMV_TARGET_WARPS 2048u  // ~16 warps per SM on 132 SMs
 #define GEMV_MIN_KBLOCKS 2       // k32 blocks per warp worth a k split (fewer: reduce costs more)
+#define GEMV_MAX_REGS 80         // 3 CTAs of 256 threads per SM (65536 registers)
 
-// Warps per column tile (k split inside the block): a power of two <= 8, raised while the
+// Warps per column tile (k split inside the block): a power of two <= warps, raised while the
 // grid is short of GEMV_TARGET_WARPS and every warp still gets >= GEMV_MIN_KBLOCKS k32 blocks.
 // Small layers are latency-bound: splitting K wider uses more SMs and fewer serial loads.
-__device__ __forceinline__ uint32_t gemv_split(uint32_t N, uint32_t K) {
+__device__ __forceinline__ uint32_t gemv_split(uint32_t N, uint32_t K, uint32_t warps) {
   const uint32_t tiles = (N + GEMV_TILE_N - 1) / GEMV_TILE_N;
   const uint32_t kblocks = (K + 31) / 32;
   uint32_t s = 1;
-  while (s < GEMV_WARPS && tiles * s < GEMV_TARGET_WARPS && kblocks >= 2 * s * GEMV_MIN_KBLOCKS) s *= 2;
+  while (s < warps && tiles * s < GEMV_TARGET_WARPS && kblocks >= 2 * s * GEMV_MIN_KBLOCKS) s *= 2;
   return s;
 }
 
-template <bool VEC, bool F32OUT>
+struct NoPrologue {
+  __device__ void operator()() const {}
+};
+
+// XS: x is read from shared memory (row stride xs_stride(K), zero past K) instead of global.
+template <bool VEC, bool F32OUT, bool XS, class Prologue>
 __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32
-                                          const bf16* __restrict__ x,     // [rows, K] bf16
+                                          const bf16* __restrict__ x,     // [rows, K] bf16 (global or smem)
                                           const bf16* __restrict__ W,     // [N, K] bf16
                                           const bf16* __restrict__ bias,  // [N] bf16 or NULL
                                           uint32_t rows, uint32_t N, uint32_t K,
-                                          float4 (*red)[32]) {            // [GEMV_WARPS][32] smem
-  const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+                                          float4 (*red)[32],              // [warps][32] smem
+                                          Prologue prologue) {            // builds x; ends in a barrier
+  const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const uint32_t g = lane >> 2, t = lane & 3;
-  const uint32_t S = gemv_split(N, K);
-  const uint32_t tiles_per_block = GEMV_WARPS / S;
+  const uint32_t S = gemv_split(N, K, warps);
+  const uint32_t tiles_per_block = warps / S;
   const uint32_t slot = warp / S;  // which tile of the block's group this warp works on
   const uint32_t ks = warp % S;    // which k slice; warps of one tile are adjacent
   const uint32_t tiles = (N + GEMV_TILE_N - 1) / GEMV_TILE_N;
   const uint32_t groups = (tiles + tiles_per_block - 1) / tiles_per_block;
   const uint32_t kblocks = (K + 31) / 32;
+  const uint32_t xstride = XS ? xs_stride(K) : K;
+
+  uint4 a0[GEMV_UNROLL], a1[GEMV_UNROLL];  // the batch of W the next mmas consume
+  // W rows n0+g and n0+g+8 of group grp's tile; dereferenced only under their *_ok flag.
+  auto w_rows = [&](uint32_t grp, const bf16*& w0, const bf16*& w1, bool& w0_ok, bool& w1_ok) {
+    const uint32_t n0 = (grp * tiles_per_block + slot) * GEMV_TILE_N;
+    w0_ok = n0 + g < N;
+    w1_ok = n0 + g + 8 < N;
+    w0 = W + (size_t)(w0_ok ? n0 + g : 0) * K;
+    w1 = W + (size_t)(w1_ok ? n0 + g + 8 : 0) * K;
+    return n0;
+  };
+  auto load_w = [&](const bf16* w0, const bf16* w1, bool w0_ok, bool w1_ok, uint32_t kb) {
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; ++u) {
+      const uint32_t k = (kb + u * S) * 32 + t * 8;  // >= K past the last block: reads 0
+      if (VEC) {  // K % 8 == 0: a chunk is either wholly inside the row or wholly past it
+        a0[u] = ld_stream_v4(w0 + k, w0_ok && k < K);
+        a1[u] = ld_stream_v4(w1 + k, w1_ok && k < K);
+      } else {
+        a0[u] = ld_bf16x8_scalar(w0, k, w0_ok ? K : 0);
+        a1[u] = ld_bf16x8_scalar(w1, k, w1_ok ? K : 0);
+      }
+    }
+  };
+
+  // The first group's first W batch: issued before anything a predecessor kernel wrote is read.
+  bool preloaded = blockIdx.x < groups;
+  if (preloaded) {
+    const bf16 *w0, *w1;
+    bool w0_ok, w1_ok;
+    w_rows(blockIdx.x, w0, w1, w0_ok, w1_ok);
+    load_w(w0, w1, w0_ok, w1_ok, ks);
+  }
+  // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
+  prologue();
 
   for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS) {  // one pass for rows <= 8
+    const bool x_ok = r0 + g < rows;
+    const bf16* xr = x + (size_t)(x_ok ? r0 + g : 0) * xstride;
     for (uint32_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
-      const uint32_t n0 = (grp * tiles_per_block + slot) * GEMV_TILE_N;
-      const bool w0_ok = n0 + g < N, w1_ok = n0 + g + 8 < N, x_ok = r0 + g < rows;
-      // Row pointers are only dereferenced under their *_ok flag.
-      const bf16* w0 = W + (size_t)(w0_ok ? n0 + g : 0) * K;
-      const bf16* w1 = W + (size_t)(w1_ok ? n0 + g + 8 : 0) * K;
-      const bf16* xr = x + (size_t)(x_ok ? r0 + g : 0) * K;
+      const bf16 *w0, *w1;
+      bool w0_ok, w1_ok;
+      const uint32_t n0 = w_rows(grp, w0, w1, w0_ok, w1_ok);
+      if (!preloaded) load_w(w0, w1, w0_ok, w1_ok, ks);
+      preloaded = false;
       float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
 
       for (uint32_t kb = ks; kb < kblocks; kb += S * GEMV_UNROLL) {
-        uint4 a0[GEMV_UNROLL], a1[GEMV_UNROLL], b[GEMV_UNROLL];
+        uint4 b[GEMV_UNROLL];
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; ++u) {
-          const uint32_t k = (kb + u * S) * 32 + t * 8;  // >= K past the last block: reads 0
-          if (VEC) {  // K % 8 == 0: a chunk is either wholly inside the row or wholly past it
-            a0[u] = ld_stream_v4(w0 + k, w0_ok && k < K);
-            a1[u] = ld_stream_v4(w1 + k, w1_ok && k < K);
+          const uint32_t k = (kb + u * S) * 32 + t * 8;
+          if (XS) {  // zero-padded to whole k32 blocks: only blocks past the end are skipped
+            b[u] = (x_ok && k < kblocks * 32) ? *reinterpret_cast<const uint4*>(xr + k) : make_uint4(0, 0, 0, 0);
+          } else if (VEC) {
             b[u] = ld_reuse_v4(xr + k, x_ok && k < K);
           } else {
-            a0[u] = ld_bf16x8_scalar(w0, k, w0_ok ? K : 0);
-            a1[u] = ld_bf16x8_scalar(w1, k, w1_ok ? K : 0);
             b[u] = ld_bf16x8_scalar(xr, k, x_ok ? K : 0);
           }
         }
@@ -85,6 +132,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
           mma_bf16_16816(acc, a0[u].x, a1[u].x, a0[u].y, a1[u].y, b[u].x, b[u].y);
           mma_bf16_16816(acc, a0[u].z, a1[u].z, a0[u].w, a1[u].w, b[u].z, b[u].w);
         }
+        if (kb + S * GEMV_UNROLL < kblocks) load_w(w0, w1, w0_ok, w1_ok, kb + S * GEMV_UNROLL);
       }
 
       if (S > 1) {  // sum the k slices of each tile into its first warp
@@ -118,18 +166,44 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   }
 }
 
+// Shared memory common to every entry. x (fused entries only) is dynamic: rows * xs_stride(K)
+// bf16, sized by the launcher.
+struct GemvShared {
+  float4 red[GEMV_MAX_WARPS][32];  // [warps][lanes] partial accumulators of the k split, 8 KiB
+  float norm[8][GEMV_MAX_WARPS];   // [8 rows][warps] partial sums of squares (rmsnorm)
+};
+extern __shared__ __align__(16) bf16 gemv_xs[];  // [rows, xs_stride(K)] bf16 (fused entries)
+
+// 16-byte W loads need 16-byte aligned row starts: K % 8 == 0 and an aligned base.
+template <bool F32OUT, bool XS, class Prologue>
+__device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
+                                              uint32_t rows, uint32_t N, uint32_t K, float4 (*red)[32],
+                                              Prologue pro) {
+  if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
+    gemv_body<true, F32OUT, XS>(out, x, W, bias, rows, N, K, red, pro);
+  else
+    gemv_body<false, F32OUT, XS>(out, x, W, bias, rows, N, K, red, pro);
+}
+
 template <bool F32OUT>
 __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                            uint32_t rows, uint32_t N, uint32_t K) {
-  __shared__ float4 red[GEMV_WARPS][32];  // [warps][lanes] partial accumulators, 4 KiB
-  // 16-byte loads need 16-byte aligned row starts: K % 8 == 0 and aligned bases.
-  if ((K & 7) == 0 && aligned16(x) && aligned16(W))
-    gemv_body<true, F32OUT>(out, x, W, bias, rows, N, K, red);
-  else
-    gemv_body<false, F32OUT>(out, x, W, bias, rows, N, K, red);
+  __shared__ GemvShared sh;
+  if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
+  gemv_dispatch<F32OUT, false>(out, x, W, bias, rows, N, K, sh.red, NoPrologue{});
 }
 
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+template <bool F32OUT>
+__device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
+                                                   const bf16* norm_w, const bf16* W, const bf16* bias,
+                                                   uint32_t rows, uint32_t N, uint32_t K, float eps) {
+  __shared__ GemvShared sh;
+  if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
+  auto pro = [&]() { rmsnorm_prologue(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
+  gemv_dispatch<F32OUT, true>(out, gemv_xs, W, bias, rows, N, K, sh.red, pro);
+}
+
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
           const bf16* __restrict__ x,     // [rows, K] bf16
           const bf16* __restrict__ W,     // [N, K] bf16 (PyTorch Linear layout)
@@ -138,11 +212,52 @@ gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
   gemv_entry<false>(out, x, W, bias, rows, N, K);
 }
 
-extern "C" __global__ void __launch_bounds__(GEMV_THREADS)
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_bf16_f32out(float* __restrict__ out,       // [rows, N] f32 (logits)
                  const bf16* __restrict__ x,     // [rows, K] bf16
                  const bf16* __restrict__ W,     // [N, K] bf16
                  const bf16* __restrict__ bias,  // [N] bf16, or NULL
                  unsigned int rows, unsigned int N, unsigned int K) {
   gemv_entry<true>(out, x, W, bias, rows, N, K);
+}
+
+// out = rmsnorm(hidden_in + delta) @ W.T (+ bias); CTA 0 also stores hidden_out = hidden_in + delta.
+// NOTE: hidden_out must not alias hidden_in: every CTA reads hidden_in while CTA 0 writes
+// hidden_out (the model ping-pongs two residual buffers). Dynamic smem: rows*xs_stride(K)*2 B.
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_bf16(bf16* __restrict__ out,             // [rows, N] bf16
+                  const float* __restrict__ hidden_in,  // [rows, K] f32 residual stream
+                  const bf16* __restrict__ delta,       // [rows, K] bf16 branch output, or NULL
+                  float* __restrict__ hidden_out,       // [rows, K] f32 = hidden_in + delta, or NULL
+                  const bf16* __restrict__ norm_w,      // [K] bf16 RMSNorm weight
+                  const bf16* __restrict__ W,           // [N, K] bf16
+                  const bf16* __restrict__ bias,        // [N] bf16, or NULL
+                  unsigned int rows, unsigned int N, unsigned int K, float eps) {
+  gemv_rmsnorm_entry<false>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, eps);
+}
+
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_bf16_f32out(float* __restrict__ out,             // [rows, N] f32 (logits)
+                         const float* __restrict__ hidden_in,  // [rows, K] f32
+                         const bf16* __restrict__ delta,       // [rows, K] bf16, or NULL
+                         float* __restrict__ hidden_out,       // [rows, K] f32, or NULL
+                         const bf16* __restrict__ norm_w,      // [K] bf16
+                         const bf16* __restrict__ W,           // [N, K] bf16
+                         const bf16* __restrict__ bias,        // [N] bf16, or NULL
+                         unsigned int rows, unsigned int N, unsigned int K, float eps) {
+  gemv_rmsnorm_entry<true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, eps);
+}
+
+// out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].
+// Dynamic smem: rows * xs_stride(K) * 2 bytes.
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_silu_bf16(bf16* __restrict__ out,            // [rows, N] bf16
+               const bf16* __restrict__ gate_up,  // [rows, 2K] bf16: gate in [:, :K], up in [:, K:]
+               const bf16* __restrict__ W,        // [N, K] bf16
+               const bf16* __restrict__ bias,     // [N] bf16, or NULL
+               unsigned int rows, unsigned int N, unsigned int K) {
+  __shared__ GemvShared sh;
+  if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
+  auto pro = [&]() { silu_prologue(gemv_xs, gate_up, rows, K); };
+  gemv_dispatch<false, true>(out, gemv_xs, W, bias, rows, N, K, sh.red, pro);
 }

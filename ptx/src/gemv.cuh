@@ -1,0 +1,180 @@
+// Prologues of the fused GEMV entries (gemv.cu): each CTA builds the GEMV's activation x in
+// shared memory from the previous op's output, so the op before the GEMV needs no launch.
+// - rmsnorm: x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps))), h = hidden_in + float(delta)
+//   (add_rmsnorm's rounding points, embed_norm.cu);
+// - silu:    x = bf16(bf16(silu(gate)) * up) (silu_mul's rounding points, act.cu).
+// Shared x layout: row r at xs + r * xs_stride(K); k in [K, 32 * ceil(K / 32)) holds zeros so
+// the GEMV's k32 blocks need no tail test. Header only; no entries here.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "common_ops.cuh"
+
+#define GEMV_MAX_WARPS 16  // blockDim.x <= 512
+#define GEMV_PRO_UNROLL 4  // vectors a thread loads before using any (L2 round trips in flight)
+
+// Elements between shared x rows: a multiple of 8 (16-byte chunks stay aligned) that is 32
+// mod 64, so the rows g and g+1 that one 8-lane phase of an ld.shared.v4 reads fall in
+// opposite halves of the 32 banks (conflict-free). fixedgraph/ops/gemv.py mirrors it.
+__device__ __forceinline__ uint32_t xs_stride(uint32_t K) { return ((K + 63u) & ~63u) + 32u; }
+
+// Zeros in k = K .. 32*ceil(K/32) - 1 of every row (the GEMV reads whole k32 blocks).
+__device__ __forceinline__ void xs_zero_tail(bf16* xs, uint32_t rows, uint32_t K) {
+  const uint32_t pad = ((K + 31u) & ~31u) - K, stride = xs_stride(K);
+  for (uint32_t i = threadIdx.x; i < rows * pad; i += blockDim.x)
+    xs[(i / pad) * stride + K + i % pad] = __float2bfloat16_rn(0.0f);
+}
+
+// ---- rmsnorm ----------------------------------------------------------------------------
+// Rows are taken 8 at a time so each thread keeps one sum of squares per row in registers
+// (statically indexed: the r loops are unrolled).
+template <int V>
+__device__ __forceinline__ void rmsnorm_rows(bf16* __restrict__ xs,              // smem rows of x
+                                             const float* __restrict__ hin,      // [rows, K] f32
+                                             const bf16* __restrict__ delta,     // [rows, K] or NULL
+                                             float* __restrict__ hout,           // [rows, K] or NULL
+                                             const bf16* __restrict__ norm_w,    // [K] bf16
+                                             uint32_t r0, uint32_t nrows, uint32_t K, float eps,
+                                             float (*red)[GEMV_MAX_WARPS]) {     // [8][warps] smem
+  const uint32_t nvec = K / V, stride = xs_stride(K), bd = blockDim.x;
+  const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = bd >> 5;
+  float ss[8];
+  // Pass 1: h = hin + delta (fp32), its sum of squares, and hidden_out (CTA 0 only).
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    ss[r] = 0.0f;
+    if ((uint32_t)r >= nrows) continue;
+    const size_t row = (size_t)(r0 + r) * K;
+    for (uint32_t c0 = threadIdx.x; c0 < nvec; c0 += GEMV_PRO_UNROLL * bd) {
+      float h[GEMV_PRO_UNROLL][V];
+#pragma unroll
+      for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
+        const uint32_t c = c0 + j * bd;
+        if (c < nvec) {
+          load_f32<V>(hin + row + (size_t)c * V, h[j]);
+          if (delta) {
+            float d[V];
+            load_bf16<V>(delta + row + (size_t)c * V, d);
+#pragma unroll
+            for (int e = 0; e < V; ++e) h[j][e] += d[e];
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
+        const uint32_t c = c0 + j * bd;
+        if (c < nvec) {
+#pragma unroll
+          for (int e = 0; e < V; ++e) ss[r] += h[j][e] * h[j][e];
+          if (hout && blockIdx.x == 0) store_f32<V>(hout + row + (size_t)c * V, h[j]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    const float s = warp_sum(ss[r]);
+    if (lane == 0) red[r][warp] = s;
+  }
+  __syncthreads();
+  // Pass 2: re-read h (L1/L2 hits) and write x. Exact sqrtf and division, as add_rmsnorm.
+#pragma unroll
+  for (int r = 0; r < 8; ++r) {
+    if ((uint32_t)r >= nrows) continue;
+    float total = 0.0f;
+    for (uint32_t w = 0; w < warps; ++w) total += red[r][w];
+    const float inv_rms = 1.0f / sqrtf(total / (float)K + eps);
+    const size_t row = (size_t)(r0 + r) * K;
+    bf16* xr = xs + (size_t)r * stride;
+    for (uint32_t c0 = threadIdx.x; c0 < nvec; c0 += GEMV_PRO_UNROLL * bd) {
+      float h[GEMV_PRO_UNROLL][V], wv[GEMV_PRO_UNROLL][V];
+#pragma unroll
+      for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
+        const uint32_t c = c0 + j * bd;
+        if (c < nvec) {
+          load_f32<V>(hin + row + (size_t)c * V, h[j]);
+          load_bf16<V>(norm_w + (size_t)c * V, wv[j]);
+          if (delta) {
+            float d[V];
+            load_bf16<V>(delta + row + (size_t)c * V, d);
+#pragma unroll
+            for (int e = 0; e < V; ++e) h[j][e] += d[e];
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
+        const uint32_t c = c0 + j * bd;
+        if (c < nvec) {
+          float y[V];
+#pragma unroll
+          for (int e = 0; e < V; ++e) y[e] = wv[j][e] * round_bf16(h[j][e] * inv_rms);
+          store_bf16<V>(xr + (size_t)c * V, y);
+        }
+      }
+    }
+  }
+  __syncthreads();  // NOTE: red is rewritten by the next 8 rows
+}
+
+// x[r, :] for every row into shared memory; ends with a barrier (x is then ready).
+__device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, const bf16* delta, float* hout,
+                                                 const bf16* norm_w, uint32_t rows, uint32_t K, float eps,
+                                                 float (*red)[GEMV_MAX_WARPS]) {
+  // 16-byte f32 and 8-byte bf16 accesses when every row start is aligned for them.
+  const bool vec = K % 4 == 0 && aligned_to(hin, 16) && (!hout || aligned_to(hout, 16)) &&
+                   (!delta || aligned_to(delta, 8)) && aligned_to(norm_w, 8);
+  for (uint32_t r0 = 0; r0 < rows; r0 += 8) {
+    const uint32_t n = rows - r0 < 8 ? rows - r0 : 8;
+    bf16* x = xs + (size_t)r0 * xs_stride(K);
+    if (vec) rmsnorm_rows<4>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
+    else rmsnorm_rows<1>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
+  }
+  xs_zero_tail(xs, rows, K);
+  __syncthreads();
+}
+
+// ---- silu ---------------------------------------------------------------------------------
+__device__ __forceinline__ float silu_mul_one(float g, float u) {  // act.cu's rounding
+  const float act = round_bf16(g / (1.0f + expf(-g)));
+  return act * u;
+}
+
+template <int V>
+__device__ __forceinline__ void silu_rows(bf16* __restrict__ xs, const bf16* __restrict__ gate_up,
+                                          uint32_t rows, uint32_t K) {
+  const uint32_t nvec = K / V, total = rows * nvec, stride = xs_stride(K), bd = blockDim.x;
+  for (uint32_t i0 = threadIdx.x; i0 < total; i0 += GEMV_PRO_UNROLL * bd) {
+    float g[GEMV_PRO_UNROLL][V], u[GEMV_PRO_UNROLL][V];
+#pragma unroll
+    for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
+      const uint32_t i = i0 + j * bd;
+      if (i < total) {
+        const bf16* src = gate_up + (size_t)(i / nvec) * 2 * K + (size_t)(i % nvec) * V;
+        load_bf16<V>(src, g[j]);
+        load_bf16<V>(src + K, u[j]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
+      const uint32_t i = i0 + j * bd;
+      if (i < total) {
+        float y[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) y[e] = silu_mul_one(g[j][e], u[j][e]);
+        store_bf16<V>(xs + (size_t)(i / nvec) * stride + (size_t)(i % nvec) * V, y);
+      }
+    }
+  }
+}
+
+// x[r, k] = bf16(bf16(silu(gate_up[r, k])) * gate_up[r, K + k]) into shared memory; ends with a
+// barrier. 16-byte loads when K % 8 == 0 and gate_up is 16-byte aligned.
+__device__ __forceinline__ void silu_prologue(bf16* xs, const bf16* gate_up, uint32_t rows, uint32_t K) {
+  if (K % 8 == 0 && aligned_to(gate_up, 16)) silu_rows<8>(xs, gate_up, rows, K);
+  else silu_rows<1>(xs, gate_up, rows, K);
+  xs_zero_tail(xs, rows, K);
+  __syncthreads();
+}

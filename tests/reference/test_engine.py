@@ -1,0 +1,84 @@
+"""The engine end to end on the reference backend: API behaviour, errors, streaming, sampling."""
+import pytest
+
+from fixedgraph.engine import LLM
+from fixedgraph.errors import ContextOverflow, InvalidSamplingParams
+from fixedgraph.sampling import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from fixedgraph.models.config import ModelConfig
+    from fixedgraph.testing.checkpoints import random_model
+    from fixedgraph.weights.state_dict_source import StateDictSource
+
+    hf = random_model("tiny-llama", 11, dtype="bfloat16")
+    cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
+    return LLM(weights=(StateDictSource(hf.state_dict()), cfg), backend="reference", max_model_len=96,
+               prefill_chunk=32, progress=False)
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from tests.smollm2_check import default_gguf
+
+    return LLM(default_gguf(), backend="reference", max_model_len=128, progress=False)
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent(tiny, rng):
+    prompt = rng.integers(0, 1000, size=9).tolist()
+    p = dict(temperature=1.0, top_k=50, top_p=0.95, max_tokens=20, ignore_eos=True)
+    a = tiny.generate([prompt], SamplingParams(seed=5, **p))[0].token_ids
+    b = tiny.generate([prompt], SamplingParams(seed=5, **p))[0].token_ids
+    c = tiny.generate([prompt], SamplingParams(seed=6, **p))[0].token_ids
+    assert a == b and len(a) == 20
+    assert a != c
+
+
+def test_max_tokens_and_context_limit(tiny, rng):
+    prompt = rng.integers(0, 1000, size=80).tolist()
+    out = tiny.generate([prompt], SamplingParams(temperature=0, max_tokens=50, ignore_eos=True))[0]
+    assert out.finish_reason == "length" and len(out.token_ids) == 96 - 80  # stopped by the context
+    out = tiny.generate([prompt[:10]], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))[0]
+    assert len(out.token_ids) == 3 and out.metrics.generated_tokens == 3
+
+
+def test_prompt_longer_than_context_is_refused_and_nothing_leaks(tiny, rng):
+    free = tiny.runner.alloc.num_free_blocks
+    with pytest.raises(ContextOverflow, match="prompt of 200 tokens.*context of 96"):
+        tiny.generate([rng.integers(0, 1000, size=200).tolist()], SamplingParams(max_tokens=4))
+    assert tiny.runner.alloc.num_free_blocks == free
+    out = tiny.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))[0]
+    assert len(out.token_ids) == 4  # the engine still works
+
+
+def test_invalid_sampling_params_are_clear():
+    with pytest.raises(InvalidSamplingParams, match="top_p"):
+        SamplingParams(top_p=1.5)
+    with pytest.raises(InvalidSamplingParams, match="temperature"):
+        SamplingParams(temperature=-1)
+
+
+def test_text_prompt_without_tokenizer_says_what_to_do(tiny):
+    with pytest.raises(ValueError, match="token ids"):
+        tiny.generate(["hello"], SamplingParams(max_tokens=2))
+
+
+def test_stream_equals_generate_and_stop_strings(smol):
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    full = smol.generate(["Once upon a time"], params)[0]
+    streamed = "".join(c.text for c in smol.stream("Once upon a time", params))
+    assert streamed == full.text and full.text.startswith(", the city")
+    # stop at a word that appears in the greedy text: output ends before it, reason "stop"
+    word = full.text.split()[3]
+    out = smol.generate(["Once upon a time"], SamplingParams(temperature=0, max_tokens=16, stop=[word]))[0]
+    assert out.finish_reason == "stop" and word not in out.text and full.text.startswith(out.text)
+
+
+def test_chat_template_prompt(smol):
+    ids = smol.encode("Hi", chat=True)
+    assert smol.tokenizer.decode(ids, skip_special_tokens=False).count("<|im_start|>") >= 2
+    out = smol.generate(["What is 2+2?"], SamplingParams(temperature=0, max_tokens=8), chat=True)[0]
+    assert out.token_ids and out.finish_reason in ("stop", "length")
