@@ -80,18 +80,15 @@ def _eager_decode(llm, context: int):
     r.alloc.allocate(seq, context + 1)
     r._prefill(seq, prompt, SamplingParams(temperature=0), 0, False)
     layout = m.decode_meta[1]
-    blob, dev_addr = r._slot(1)
-    v = layout.views(blob)
-    v["positions"][0] = context
-    v["slot"][0] = r.alloc.slot(seq, context)
-    v["seq_len"][0] = context + 1
     table = r.alloc.block_table(seq)
-    v["block_table"][0, : len(table)] = table
-    v["step"][0] = 1
+    for k in range(r.num_slots):  # every slot describes the same step: any pass may read any slot
+        v = layout.views(r._slot(k)[0])
+        v["positions"][0] = context
+        v["slot"][0] = r.alloc.slot(seq, context)
+        v["seq_len"][0] = context + 1
+        v["block_table"][0, : len(table)] = table
+        v["step"][0] = 1
     bound = llm.device.bind(m.decode_program(1, False), llm.arena, {STAGING: r.staging, RING: r.ring})
-    op0 = bound.ops[0].op
-    bound.repack(0, args=[op0.args[0], dev_addr, op0.args[2]])
-    bound.oplist = llm.device._oplist(bound)
     return seq, bound
 
 
@@ -132,6 +129,7 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
     drv.event_synchronize(e1)
     graph_us = drv.event_elapsed_ms(e0, e1) * 1e3 / reps
     llm.runner.alloc.free(seq)
+    llm.runner.resync()
     for e in events + [e0, e1]:
         drv.event_destroy(e)
     r = llm.runner

@@ -21,7 +21,6 @@ from fixedgraph.errors import ContextOverflow, FixedGraphError
 from fixedgraph.kvcache import BlockAllocator
 from fixedgraph.models.dense import RING, STAGING, DenseDecoder
 from fixedgraph.ops import sample as sample_ops
-from fixedgraph.ops.meta import STAGE_META_SRC_PARAM
 from fixedgraph.sampling import SamplingParams
 
 _SENTINEL = -1
@@ -38,11 +37,12 @@ class Runner:
     def __init__(self, device, model: DenseDecoder, arena, lookahead: int = 4) -> None:
         self.device, self.model, self.arena = device, model, arena
         s = model.sizes
-        self.lookahead = max(1, min(lookahead, s.ring_len - 2))
-        self.num_slots = self.lookahead + 2
-        layouts = list(model.decode_meta.values()) + list(model.prefill_meta.values())
-        self.slot_bytes = (max(l.nbytes for l in layouts) + 255) // 256 * 256
+        self.num_slots = s.staging_slots
+        self.lookahead = max(1, min(lookahead, s.ring_len - 2, self.num_slots - 2))
+        self.slot_bytes = model.slot_bytes
         self.staging = device.alloc_host(self.num_slots * self.slot_bytes, mapped=True)
+        arena.fill("stage_counter", 0)
+        self.passes = 0  # passes launched == the device's stage_counter once they have run
         self.ring = device.alloc_host(s.ring_len * s.widths[-1] * 4, mapped=True)
         self.ring_i32 = self.ring.view(np.int32)
         self.ring_i32[:] = _SENTINEL
@@ -72,16 +72,24 @@ class Runner:
         off = (k % self.num_slots) * self.slot_bytes
         return self.staging.array[off : off + self.slot_bytes], self.staging.device_addr + off
 
-    def _launch(self, graph, k: int) -> None:
-        _, dev_addr = self._slot(k)
-        graph.launch_with_u64(0, STAGE_META_SRC_PARAM, dev_addr)
+    def _next_slot(self) -> np.ndarray:
+        """The staging slot the next pass will read (its stage_meta_ring picks passes % slots)."""
+        return self._slot(self.passes)[0]
+
+    def resync(self) -> None:
+        """Re-read the pass counter after passes launched outside the runner (profiling)."""
+        self.device.synchronize()
+        self.passes = int(self.arena.read("stage_counter")[0])
+
+    def _launch(self, graph) -> None:
+        graph.launch()
+        self.passes += 1
 
     def _decode_slot_views(self, k: int) -> dict:
-        """Typed views of staging slot ``k`` laid out for a width-1 decode step, and its address."""
-        blob, dev_addr = self._slot(k)
-        v = self.model.decode_meta[1].views(blob)
+        """Typed views of staging slot ``k`` laid out for a width-1 decode step."""
+        v = self.model.decode_meta[1].views(self._slot(k)[0])
         return {"pos": v["positions"], "slot": v["slot"], "seq_len": v["seq_len"], "step": v["step"],
-                "table": v["block_table"][0], "sample": v["sample"][0], "addr": dev_addr}
+                "table": v["block_table"][0], "sample": v["sample"][0]}
 
     def _wait_token(self, step: int, row: int = 0, width: int = 1) -> int:
         idx = (step % self.model.sizes.ring_len) * width + row
@@ -122,7 +130,6 @@ class Runner:
                 self._set_seen(prompt)
             yield self._prefill(seq, prompt, params, seed, sampling)
             graph = self.graphs.decode[(1, sampling)]
-            step_fn = graph.launch_with_u64
             n = len(prompt)
             launched = consumed = 0  # decode steps (step numbers start at 1)
             max_steps = s.max_model_len - n  # positions n .. max_model_len-1
@@ -130,6 +137,7 @@ class Runner:
                 max_steps = min(max_steps, max(0, max_new_tokens - 1))
             # Per-slot views, filled once per request; per step only the scalars change.
             slots = [self._decode_slot_views(k) for k in range(self.num_slots)]
+            launch = graph.launch
             table = self.alloc.block_table(seq)
             sample_row = sample_ops.pack_params([params.device_row(0, seed)])[0] if sampling else None
             for v in slots:
@@ -147,7 +155,7 @@ class Runner:
                             table.append(b)
                             for v in slots:
                                 v["table"][len(table) - 1] = b
-                    v = slots[step % self.num_slots]
+                    v = slots[self.passes % self.num_slots]
                     v["pos"][0] = pos
                     v["slot"][0] = table[pos // bs] * bs + pos % bs
                     v["seq_len"][0] = pos + 1
@@ -155,7 +163,8 @@ class Runner:
                     if sampling:
                         v["sample"][7] = step  # the RNG counter word of the sampling row
                     ring[step % ring_len] = _SENTINEL
-                    step_fn(0, STAGE_META_SRC_PARAM, v["addr"])
+                    launch()
+                    self.passes += 1
                     launched += 1
                     self.host_step_s += time.perf_counter() - t_host
                     self.host_steps += 1
@@ -176,9 +185,9 @@ class Runner:
             chunk = prompt[start : start + C]
             T = next(b for b in s.chunk_buckets if b >= len(chunk))
             layout = m.prefill_meta[T]
-            if i and i % self.num_slots == 0:
+            if i and i % (self.num_slots - 1) == 0:
                 self.device.synchronize()  # every staging slot is in flight: let them drain
-            blob, _ = self._slot(i)
+            blob = self._next_slot()
             v = layout.views(blob)
             pos = np.arange(start, start + len(chunk), dtype=np.int64)
             v["tokens"][: len(chunk)] = chunk
@@ -196,7 +205,7 @@ class Runner:
                 v["sample"][0] = sample_ops.pack_params([params.device_row(0, seed)])[0]
             if i == len(starts) - 1:
                 self.ring_i32[0] = _SENTINEL
-            self._launch(self.graphs.prefill[(T, sampling)], i)
+            self._launch(self.graphs.prefill[(T, sampling)])
         return self._wait_token(0)
 
     def _set_seen(self, prompt: list[int]) -> None:
@@ -233,8 +242,7 @@ class Runner:
                                                {STAGING: self.staging, RING: self.ring})
             for step, pos in enumerate(range(prompt_len, len(tokens)), start=1):
                 self.arena.write("tokens", np.array([tokens[pos]], dtype=np.int32))
-                blob, dev_addr = self._slot(step)
-                v = layout.views(blob)
+                v = layout.views(self._next_slot())
                 v["positions"][0] = pos
                 v["slot"][0] = self.alloc.slot(seq, pos)
                 v["seq_len"][0] = pos + 1
@@ -242,13 +250,10 @@ class Runner:
                 v["block_table"][0, : len(table)] = table
                 v["step"][0] = step
                 if eager_bound is not None:
-                    eager_bound.repack(0, args=[eager_bound.ops[0].op.args[0], dev_addr,
-                                                eager_bound.ops[0].op.args[2]])
-                    if hasattr(eager_bound, "oplist"):
-                        eager_bound.oplist.set_kernel_args(0, eager_bound.ops[0].packed)
                     self.device.run(eager_bound)
+                    self.passes += 1
                 else:
-                    self._launch(graph, step)
+                    self._launch(graph)
                 self.device.synchronize()
                 out.append(self.arena.read("logits")[0].copy())
         finally:

@@ -47,6 +47,7 @@ def graph_replay_ms(llm: LLM, reps: int = 200) -> float:
         g.launch()
     drv.event_record(e1, dev.stream)
     drv.event_synchronize(e1)
+    r.resync()
     return drv.event_elapsed_ms(e0, e1) / reps
 
 

@@ -31,6 +31,7 @@ class Sizes:
     num_blocks: int  # KV blocks per layer pool, block 0 being the padding rows' dummy
     max_model_len: int  # longest sequence (prompt + output)
     ring_len: int  # steps the mapped token ring holds
+    staging_slots: int = 6  # metadata slots in pinned staging (passes in flight + 2)
 
     def __post_init__(self) -> None:
         assert self.widths and list(self.widths) == sorted(set(self.widths)) and self.widths[0] >= 1
@@ -58,6 +59,8 @@ class DenseDecoder:
         self.decode_meta = {w: MetaLayout(w, w, sizes.max_blocks) for w in sizes.widths}
         self.prefill_meta = {t: MetaLayout(t, 1, sizes.max_blocks) for t in sizes.chunk_buckets}
         self.splits = {w: attention.choose_num_splits(sizes.max_model_len, w, self.Hkv) for w in sizes.widths}
+        layouts = list(self.decode_meta.values()) + list(self.prefill_meta.values())
+        self.slot_bytes = (max(l.nbytes for l in layouts) + 255) // 256 * 256  # one staging slot
 
     # ---- arena ----------------------------------------------------------------------------
 
@@ -97,6 +100,7 @@ class DenseDecoder:
         p.add("logits", (s.widths[-1], self.V), "f32")  # Fixed.logits
         p.add("tokens", (s.widths[-1],), "i32")  # Fixed.tokens: each row's latest token
         p.add("seen", (s.widths[-1], -(-self.V // 32)), "u32")  # repetition-penalty bitmask
+        p.add("stage_counter", (1,), "u32")  # passes launched so far: picks the staging slot
         for w in s.widths:
             p.add(f"meta.decode.{w}", (self.decode_meta[w].nbytes,), "u8")
             for name, (shape, dtype) in attention.decode_scratch(w, self.Hq, D, self.splits[w]).items():
@@ -162,10 +166,15 @@ class DenseDecoder:
             argmax.argmax_rows(prog, Ref("tokens"), HostPtr(RING), mref("step"), self.sizes.ring_len,
                                Ref("logits"), rows, self.V, label="argmax")
 
+    def _stage(self, prog: Program, region: str, nbytes: int) -> None:
+        """Op 0 of every pass: bring this pass's staging slot into its fixed metadata region."""
+        meta_ops.stage_meta_ring(prog, Ref(region), HostPtr(STAGING), Ref("stage_counter"), self.slot_bytes,
+                                 self.sizes.staging_slots, nbytes)
+
     def decode_program(self, width: int, sampling: bool) -> Program:
         """One decode step for ``width`` rows (one token per sequence; padding rows included).
 
-        Op 0 is ``stage_meta``; its ``src`` is patched to the step's staging slot.
+        Op 0 copies staging slot (passes launched % staging_slots) to the metadata region.
         """
         layout, region = self.decode_meta[width], f"meta.decode.{width}"
         s = self.sizes
@@ -174,7 +183,7 @@ class DenseDecoder:
             return Ref(region, layout.offset(name))
 
         prog = Program(f"decode.w{width}.{'sample' if sampling else 'greedy'}")
-        meta_ops.stage_meta(prog, Ref(region), HostPtr(STAGING), layout.nbytes)
+        self._stage(prog, region, layout.nbytes)
         embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
                                 label="embed")
         S = self.splits[width]
@@ -202,7 +211,7 @@ class DenseDecoder:
             return Ref(region, layout.offset(name))
 
         prog = Program(f"prefill.t{chunk}.{'sample' if sampling else 'greedy'}")
-        meta_ops.stage_meta(prog, Ref(region), HostPtr(STAGING), layout.nbytes)
+        self._stage(prog, region, layout.nbytes)
         embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), mref("tokens"), chunk, self.H, self.V,
                                 label="embed")
 

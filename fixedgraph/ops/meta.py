@@ -21,3 +21,17 @@ def gather_rows_bf16(prog: Program, out: Arg, inp: Arg, idx: Arg, n: int, T: int
     """out [n, H] bf16 = inp [T, H] bf16 at rows idx [n] i32 (clamped to 0 when out of range)."""
     return prog.launch("gather_rows_bf16", n, min(1024, max(32, (H // 8 + 31) // 32 * 32)),
                        [out, inp, idx, T, H], label=label)
+
+
+def stage_meta_ring(prog: Program, dst: Arg, staging: Arg, counter: Arg, slot_bytes: int, num_slots: int,
+                    nbytes: int, label: str = "stage metadata") -> int:
+    """Copy ``nbytes`` of staging slot (counter % num_slots) into ``dst`` and advance the counter.
+
+    staging: [num_slots, slot_bytes] u8, device-mapped host memory; counter: [1] u32 in the arena.
+    The graph never changes per step: the host fills the slot the counter will pick.
+    """
+    if nbytes % 4 or slot_bytes % 16 or nbytes > slot_bytes or num_slots < 1:
+        raise ValueError(f"stage_meta_ring: {nbytes} bytes in slots of {slot_bytes} bytes x {num_slots} "
+                         "(need whole words, 16-byte slots, and the blob to fit a slot)")
+    return prog.launch("stage_meta_ring", 1, 256, [dst, staging, counter, slot_bytes // 4, num_slots, nbytes // 4],
+                       label=label)

@@ -3,10 +3,13 @@
 // KV pools: bf16 [num_blocks, block_size, Hkv, D]; token t of a sequence lives in block
 // block_table[t / block_size] at offset t % block_size. Query head h reads kv head h / (Hq/Hkv).
 //
-// decode  (one query token per row): split-K flash decoding. One CTA = (row, kv head, split) and
-//         all G = Hq/Hkv query heads of that group, so each K/V vector is loaded once per group.
-//         fp32 throughout (no tensor cores: one query token has too little reuse to need them).
-// combine merges the per-split partials (o, m, l) of decode into out.
+// decode  (one query token per row): split-K flash decoding in ONE launch. One CTA = (row, kv
+//         head, split) and all G = Hq/Hkv query heads of that group, so each K/V vector is loaded
+//         once per group. D <= 128: tensor cores (decode_tc, attention_decode.cuh); D = 256: the
+//         fp32 CUDA-core body below. With several non-empty splits, the split that arrives last
+//         on the (row, kv head) counter merges the partials (arrive_and_merge).
+// combine merges per-split partials (o, m, l) into out; kept for compatibility, no longer
+//         launched by fixedgraph.ops.attention.
 // prefill (one sequence, T query tokens, causal): flash attention with bf16 mma.sync m16n8k16;
 //         the M dimension packs (token, query head of the group) pairs, so K/V tiles are shared
 //         by the whole GQA group. P is rounded to bf16 for the P.V MMA; l sums unrounded P.
@@ -16,24 +19,28 @@
 #include <stdint.h>
 
 #include "attention.cuh"
+#include "attention_decode.cuh"
 
 using bf16 = __nv_bfloat16;
 
 namespace {
 constexpr int kDecWarps = 4;
-constexpr int kDecThreads = kDecWarps * 32;
+constexpr int kDecThreads = attn::kDecThreads;
 constexpr int kDecHeads = 8;   // query heads per pass over the keys (G > 8 makes several passes)
 constexpr int kDecUnroll = 4;  // keys per lane per step: 8 independent 16-byte loads in flight
 constexpr unsigned kFull = 0xFFFFFFFFu;
 }  // namespace
 
+// fp32 CUDA-core decode for head dims the MMA body does not take (256: its Q and O fragments
+// would not fit in registers). Split layout and last-arrival merge as decode_tc.
 // Lanes split a head vector into 16-byte chunks; LPK lanes (a power of two >= D/8) read one key,
 // 32/LPK keys side by side per warp. Lanes with chunk >= D/8 (only D = 96) idle in the dot product.
 template <int D>
-__device__ __forceinline__ void decode_impl(
-    bf16 *__restrict__ out,            // [rows, Hq*D] bf16, written when num_splits == 1
-    float *__restrict__ o_part,        // [rows, Hq, num_splits, D] f32, softmax-normalised per split
-    float *__restrict__ ml_part,       // [rows, Hq, num_splits, 2] f32: (max score, sum exp)
+__device__ __forceinline__ void decode_scalar(
+    bf16 *__restrict__ out,            // [rows, Hq*D] bf16
+    float *o_part,                     // [rows, Hq, num_splits, D] f32, softmax-normalised per split
+    float *ml_part,                    // [rows, Hq, num_splits, 2] f32: (max score, sum exp)
+    unsigned *counters,                // [rows, Hkv] u32, 0 at rest
     const bf16 *__restrict__ q,        // [rows, Hq*D] bf16
     const bf16 *__restrict__ k_pool,   // [num_blocks, block_size, Hkv, D] bf16
     const bf16 *__restrict__ v_pool,   // [num_blocks, block_size, Hkv, D] bf16
@@ -64,12 +71,11 @@ __device__ __forceinline__ void decode_impl(
     for (unsigned row = blockIdx.y; row < rows; row += gridDim.y)
     for (unsigned split = blockIdx.z; split < num_splits; split += gridDim.z)
     for (unsigned kvh = blockIdx.x; kvh < Hkv; kvh += gridDim.x) {
-        // Split `split` covers [start, end): ceil(len / S) keys rounded up to whole blocks.
-        const long long len = max(0LL, min((long long)seq_len[row], cap));
-        const long long per = (len + num_splits - 1) / num_splits;
-        const long long kps = (per + block_size - 1) / block_size * block_size;
-        const int kstart = (int)min(kps * split, len);
-        const int kend = (int)min(kps * split + kps, len);  // kstart == kend: empty split
+        // PDL: first dependent read below (seq_len, block_table, q and the pools)
+        const int len = (int)max(0LL, min((long long)seq_len[row], cap));
+        const attn::SplitRange sr = attn::split_range(len, num_splits, block_size, split);
+        if (split >= (unsigned)max(sr.used, 1)) continue;  // empty split: costs one load
+        const int kstart = sr.start, kend = sr.end;
         const int *bt = block_table + (size_t)row * max_blocks;
 
         for (unsigned h0 = 0; h0 < G; h0 += kDecHeads) {
@@ -216,7 +222,7 @@ __device__ __forceinline__ void decode_impl(
 #pragma unroll
                 for (int j = 0; j < 8; ++j) o[j] *= inv;
                 const size_t hrow = (size_t)row * Hq + head0 + g;
-                if (num_splits == 1) {
+                if (sr.used <= 1) {
                     *reinterpret_cast<uint4 *>(out + hrow * D + cc * 8) = attn::pack8(o);
                 } else {
                     const size_t pi = hrow * num_splits + split;
@@ -231,24 +237,41 @@ __device__ __forceinline__ void decode_impl(
             }
             __syncthreads();  // s_q, s_acc, s_m, s_l are rewritten by the next pass
         }
+        if (sr.used >= 2)
+            attn::arrive_and_merge<D>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, num_splits,
+                                      sr.used);
     }
 }
 
-#define DECODE_ENTRY(DIM)                                                                      \
+// Entry parameters (all decode head dims):
+//   out [rows, Hq*D] bf16; o_part [rows, Hq, S, D] f32, ml_part [rows, Hq, S, 2] f32 and
+//   counters [rows, Hkv] u32 (0 at rest) are scratch, NULL when num_splits == 1; q [rows, Hq*D]
+//   bf16; pools [num_blocks, block_size, Hkv, D] bf16; block_table [rows, max_blocks] i32;
+//   seq_len [rows] i32. Block must be 128 threads; D <= 128 needs attn::decode_tc_smem(D) bytes
+//   of dynamic shared memory. Any grid: CTAs stride over (kv head, row, split) = (x, y, z).
+__device__ __forceinline__ unsigned dynamic_smem_bytes() {
+    unsigned n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+}
+
+#define DECODE_ENTRY(DIM, BODY, SMEM)                                                          \
     extern "C" __global__ void __launch_bounds__(kDecThreads) paged_attention_decode_d##DIM(   \
-        bf16 *out, float *o_part, float *ml_part, const bf16 *q, const bf16 *k_pool,           \
-        const bf16 *v_pool, const int *block_table, const int *seq_len, unsigned rows,         \
-        unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv, unsigned D,       \
-        unsigned num_splits, float scale) {                                                    \
-        if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0) return;         \
-        decode_impl<DIM>(out, o_part, ml_part, q, k_pool, v_pool, block_table, seq_len, rows,  \
-                         max_blocks, block_size, Hq, Hkv, num_splits, scale);                  \
+        bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *q,            \
+        const bf16 *k_pool, const bf16 *v_pool, const int *block_table, const int *seq_len,     \
+        unsigned rows, unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv,     \
+        unsigned D, unsigned num_splits, float scale) {                                         \
+        if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0 ||               \
+            dynamic_smem_bytes() < (SMEM))                                                      \
+            return;                                                                             \
+        BODY<DIM>(out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, rows, \
+                  max_blocks, block_size, Hq, Hkv, num_splits, scale);                          \
     }
 
-DECODE_ENTRY(64)
-DECODE_ENTRY(96)
-DECODE_ENTRY(128)
-DECODE_ENTRY(256)
+DECODE_ENTRY(64, decode_tc, attn::decode_tc_smem(64))
+DECODE_ENTRY(96, decode_tc, attn::decode_tc_smem(96))
+DECODE_ENTRY(128, decode_tc, attn::decode_tc_smem(128))
+DECODE_ENTRY(256, decode_scalar, 0)
 
 // out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
 // Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.

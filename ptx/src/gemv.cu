@@ -31,7 +31,8 @@
 #define GEMV_UNROLL 4    // k32 blocks loaded per warp before their mmas
 #define GEMV_TARGET_WARPS 2048u  // ~16 warps per SM on 132 SMs
 #define GEMV_MIN_KBLOCKS 2       // k32 blocks per warp worth a k split (fewer: reduce costs more)
-#define GEMV_MAX_REGS 80         // 3 CTAs of 256 threads per SM (65536 registers)
+#define GEMV_PREFETCH_BYTES 65536u  // L2 prefetch per CTA: 396 resident CTAs ask for <= 25 MB
+#define GEMV_PREFETCH_CHUNK 8192u    // bytes per cp.async.bulk.prefetch (one per thread)
 
 // Warps per column tile (k split inside the block): a power of two <= warps, raised while the
 // grid is short of GEMV_TARGET_WARPS and every warp still gets >= GEMV_MIN_KBLOCKS k32 blocks.
@@ -47,6 +48,49 @@ __device__ __forceinline__ uint32_t gemv_split(uint32_t N, uint32_t K, uint32_t 
 struct NoPrologue {
   __device__ void operator()() const {}
 };
+
+// W rows n0+g and n0+g+8 of a warp tile; each pointer is dereferenced only under its ok flag.
+struct WRows {
+  const bf16* w0;
+  const bf16* w1;
+  bool ok0, ok1;
+};
+
+__device__ __forceinline__ WRows w_rows(const bf16* W, uint32_t N, uint32_t K, uint32_t n0, uint32_t g) {
+  WRows r;
+  r.ok0 = n0 + g < N;
+  r.ok1 = n0 + g + 8 < N;
+  r.w0 = W + (size_t)(r.ok0 ? n0 + g : 0) * K;
+  r.w1 = W + (size_t)(r.ok1 ? n0 + g + 8 : 0) * K;
+  return r;
+}
+
+// L2 prefetch of bytes (a multiple of 16) at a 16-byte aligned p, split over the first threads.
+__device__ __forceinline__ void prefetch_w_l2(const bf16* p, size_t bytes) {
+  const size_t off = (size_t)threadIdx.x * GEMV_PREFETCH_CHUNK;
+  if (off < bytes) {
+    const uint32_t n = (uint32_t)min((size_t)GEMV_PREFETCH_CHUNK, bytes - off);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<const char*>(p) + off), "r"(n)
+                 : "memory");
+  }
+}
+
+// One batch of W: k32 blocks kb, kb+S, .. kb+(GEMV_UNROLL-1)*S, lane (g, t) taking k 8t..8t+7.
+template <bool VEC>
+__device__ __forceinline__ void load_w(uint4 (&a0)[GEMV_UNROLL], uint4 (&a1)[GEMV_UNROLL], const WRows& wr,
+                                       uint32_t K, uint32_t S, uint32_t kb, uint32_t t) {
+#pragma unroll
+  for (int u = 0; u < GEMV_UNROLL; ++u) {
+    const uint32_t k = (kb + u * S) * 32 + t * 8;  // >= K past the last block: reads 0
+    if (VEC) {  // K % 8 == 0: a chunk is either wholly inside the row or wholly past it
+      a0[u] = ld_stream_v4(wr.w0 + k, wr.ok0 && k < K);
+      a1[u] = ld_stream_v4(wr.w1 + k, wr.ok1 && k < K);
+    } else {
+      a0[u] = ld_bf16x8_scalar(wr.w0, k, wr.ok0 ? K : 0);
+      a1[u] = ld_bf16x8_scalar(wr.w1, k, wr.ok1 ? K : 0);
+    }
+  }
+}
 
 // XS: x is read from shared memory (row stride xs_stride(K), zero past K) instead of global.
 template <bool VEC, bool F32OUT, bool XS, class Prologue>
@@ -68,37 +112,12 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   const uint32_t kblocks = (K + 31) / 32;
   const uint32_t xstride = XS ? xs_stride(K) : K;
 
-  uint4 a0[GEMV_UNROLL], a1[GEMV_UNROLL];  // the batch of W the next mmas consume
-  // W rows n0+g and n0+g+8 of group grp's tile; dereferenced only under their *_ok flag.
-  auto w_rows = [&](uint32_t grp, const bf16*& w0, const bf16*& w1, bool& w0_ok, bool& w1_ok) {
-    const uint32_t n0 = (grp * tiles_per_block + slot) * GEMV_TILE_N;
-    w0_ok = n0 + g < N;
-    w1_ok = n0 + g + 8 < N;
-    w0 = W + (size_t)(w0_ok ? n0 + g : 0) * K;
-    w1 = W + (size_t)(w1_ok ? n0 + g + 8 : 0) * K;
-    return n0;
-  };
-  auto load_w = [&](const bf16* w0, const bf16* w1, bool w0_ok, bool w1_ok, uint32_t kb) {
-#pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; ++u) {
-      const uint32_t k = (kb + u * S) * 32 + t * 8;  // >= K past the last block: reads 0
-      if (VEC) {  // K % 8 == 0: a chunk is either wholly inside the row or wholly past it
-        a0[u] = ld_stream_v4(w0 + k, w0_ok && k < K);
-        a1[u] = ld_stream_v4(w1 + k, w1_ok && k < K);
-      } else {
-        a0[u] = ld_bf16x8_scalar(w0, k, w0_ok ? K : 0);
-        a1[u] = ld_bf16x8_scalar(w1, k, w1_ok ? K : 0);
-      }
-    }
-  };
-
-  // The first group's first W batch: issued before anything a predecessor kernel wrote is read.
-  bool preloaded = blockIdx.x < groups;
-  if (preloaded) {
-    const bf16 *w0, *w1;
-    bool w0_ok, w1_ok;
-    w_rows(blockIdx.x, w0, w1, w0_ok, w1_ok);
-    load_w(w0, w1, w0_ok, w1_ok, ks);
+  // Before anything a predecessor wrote is read: ask L2 for the start of this CTA's first
+  // group of W rows (contiguous), so that DRAM latency overlaps the prologue / PDL wait.
+  if (VEC && blockIdx.x < groups) {
+    const uint32_t n_first = blockIdx.x * tiles_per_block * GEMV_TILE_N;
+    const uint32_t n_count = min(tiles_per_block * GEMV_TILE_N, N - n_first);
+    prefetch_w_l2(W + (size_t)n_first * K, min((size_t)n_count * K * 2, (size_t)GEMV_PREFETCH_BYTES));
   }
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
   prologue();
@@ -107,15 +126,13 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     const bool x_ok = r0 + g < rows;
     const bf16* xr = x + (size_t)(x_ok ? r0 + g : 0) * xstride;
     for (uint32_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
-      const bf16 *w0, *w1;
-      bool w0_ok, w1_ok;
-      const uint32_t n0 = w_rows(grp, w0, w1, w0_ok, w1_ok);
-      if (!preloaded) load_w(w0, w1, w0_ok, w1_ok, ks);
-      preloaded = false;
+      const uint32_t n0 = (grp * tiles_per_block + slot) * GEMV_TILE_N;
+      const WRows wr = w_rows(W, N, K, n0, g);
       float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
 
       for (uint32_t kb = ks; kb < kblocks; kb += S * GEMV_UNROLL) {
-        uint4 b[GEMV_UNROLL];
+        uint4 a0[GEMV_UNROLL], a1[GEMV_UNROLL], b[GEMV_UNROLL];
+        load_w<VEC>(a0, a1, wr, K, S, kb, t);
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; ++u) {
           const uint32_t k = (kb + u * S) * 32 + t * 8;
@@ -132,7 +149,6 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
           mma_bf16_16816(acc, a0[u].x, a1[u].x, a0[u].y, a1[u].y, b[u].x, b[u].y);
           mma_bf16_16816(acc, a0[u].z, a1[u].z, a0[u].w, a1[u].w, b[u].z, b[u].w);
         }
-        if (kb + S * GEMV_UNROLL < kblocks) load_w(w0, w1, w0_ok, w1_ok, kb + S * GEMV_UNROLL);
       }
 
       if (S > 1) {  // sum the k slices of each tile into its first warp
@@ -170,7 +186,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
 // bf16, sized by the launcher.
 struct GemvShared {
   float4 red[GEMV_MAX_WARPS][32];  // [warps][lanes] partial accumulators of the k split, 8 KiB
-  float norm[8][GEMV_MAX_WARPS];   // [8 rows][warps] partial sums of squares (rmsnorm)
+  float norm[9][GEMV_MAX_WARPS];   // [8 rows][warps] sums of squares, [8][r]: 1/rms (rmsnorm)
 };
 extern __shared__ __align__(16) bf16 gemv_xs[];  // [rows, xs_stride(K)] bf16 (fused entries)
 
@@ -203,7 +219,7 @@ __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, 
   gemv_dispatch<F32OUT, true>(out, gemv_xs, W, bias, rows, N, K, sh.red, pro);
 }
 
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
 gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
           const bf16* __restrict__ x,     // [rows, K] bf16
           const bf16* __restrict__ W,     // [N, K] bf16 (PyTorch Linear layout)
@@ -212,7 +228,7 @@ gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
   gemv_entry<false>(out, x, W, bias, rows, N, K);
 }
 
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
 gemv_bf16_f32out(float* __restrict__ out,       // [rows, N] f32 (logits)
                  const bf16* __restrict__ x,     // [rows, K] bf16
                  const bf16* __restrict__ W,     // [N, K] bf16
@@ -224,7 +240,7 @@ gemv_bf16_f32out(float* __restrict__ out,       // [rows, N] f32 (logits)
 // out = rmsnorm(hidden_in + delta) @ W.T (+ bias); CTA 0 also stores hidden_out = hidden_in + delta.
 // NOTE: hidden_out must not alias hidden_in: every CTA reads hidden_in while CTA 0 writes
 // hidden_out (the model ping-pongs two residual buffers). Dynamic smem: rows*xs_stride(K)*2 B.
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
 gemv_rmsnorm_bf16(bf16* __restrict__ out,             // [rows, N] bf16
                   const float* __restrict__ hidden_in,  // [rows, K] f32 residual stream
                   const bf16* __restrict__ delta,       // [rows, K] bf16 branch output, or NULL
@@ -236,7 +252,7 @@ gemv_rmsnorm_bf16(bf16* __restrict__ out,             // [rows, N] bf16
   gemv_rmsnorm_entry<false>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, eps);
 }
 
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
 gemv_rmsnorm_bf16_f32out(float* __restrict__ out,             // [rows, N] f32 (logits)
                          const float* __restrict__ hidden_in,  // [rows, K] f32
                          const bf16* __restrict__ delta,       // [rows, K] bf16, or NULL
@@ -250,7 +266,7 @@ gemv_rmsnorm_bf16_f32out(float* __restrict__ out,             // [rows, N] f32 (
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].
 // Dynamic smem: rows * xs_stride(K) * 2 bytes.
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
 gemv_silu_bf16(bf16* __restrict__ out,            // [rows, N] bf16
                const bf16* __restrict__ gate_up,  // [rows, 2K] bf16: gate in [:, :K], up in [:, K:]
                const bf16* __restrict__ W,        // [N, K] bf16

@@ -28,92 +28,86 @@ __device__ __forceinline__ void xs_zero_tail(bf16* xs, uint32_t rows, uint32_t K
 }
 
 // ---- rmsnorm ----------------------------------------------------------------------------
-// Rows are taken 8 at a time so each thread keeps one sum of squares per row in registers
-// (statically indexed: the r loops are unrolled).
+// Vectors i = r * nvec + c of all rows are taken in one flat loop so that a thread's loads of
+// every row are in flight together; each thread keeps one sum of squares per row of its
+// 8-row pass in registers (statically indexed), so the sum order is fixed (deterministic).
 template <int V>
-__device__ __forceinline__ void rmsnorm_rows(bf16* __restrict__ xs,              // smem rows of x
+__device__ __forceinline__ void rmsnorm_rows(bf16* __restrict__ xs,              // smem rows r0..
                                              const float* __restrict__ hin,      // [rows, K] f32
                                              const bf16* __restrict__ delta,     // [rows, K] or NULL
                                              float* __restrict__ hout,           // [rows, K] or NULL
                                              const bf16* __restrict__ norm_w,    // [K] bf16
                                              uint32_t r0, uint32_t nrows, uint32_t K, float eps,
-                                             float (*red)[GEMV_MAX_WARPS]) {     // [8][warps] smem
-  const uint32_t nvec = K / V, stride = xs_stride(K), bd = blockDim.x;
+                                             float (*red)[GEMV_MAX_WARPS]) {     // [9][warps] smem
+  const uint32_t nvec = K / V, total = nrows * nvec, stride = xs_stride(K), bd = blockDim.x;
   const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = bd >> 5;
-  float ss[8];
-  // Pass 1: h = hin + delta (fp32), its sum of squares, and hidden_out (CTA 0 only).
+  const size_t base = (size_t)r0 * K;
+  const bool write_h = hout && blockIdx.x == 0;
+  // h = hin + delta (fp32) for vector i of this pass.
+  auto load_h = [&](uint32_t i, float (&h)[V]) {
+    const size_t off = base + (size_t)(i / nvec) * K + (size_t)(i % nvec) * V;
+    load_f32<V>(hin + off, h);
+    if (delta) {
+      float d[V];
+      load_bf16<V>(delta + off, d);
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    ss[r] = 0.0f;
-    if ((uint32_t)r >= nrows) continue;
-    const size_t row = (size_t)(r0 + r) * K;
-    for (uint32_t c0 = threadIdx.x; c0 < nvec; c0 += GEMV_PRO_UNROLL * bd) {
-      float h[GEMV_PRO_UNROLL][V];
+      for (int e = 0; e < V; ++e) h[e] += d[e];
+    }
+    return off;
+  };
+  // Pass 1: sums of squares per row, and hidden_out (CTA 0 only).
+  float ss[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (uint32_t i0 = threadIdx.x; i0 < total; i0 += GEMV_PRO_UNROLL * bd) {
+    float h[GEMV_PRO_UNROLL][V];
+    size_t off[GEMV_PRO_UNROLL];
 #pragma unroll
-      for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
-        const uint32_t c = c0 + j * bd;
-        if (c < nvec) {
-          load_f32<V>(hin + row + (size_t)c * V, h[j]);
-          if (delta) {
-            float d[V];
-            load_bf16<V>(delta + row + (size_t)c * V, d);
+    for (int j = 0; j < GEMV_PRO_UNROLL; ++j)
+      if (i0 + j * bd < total) off[j] = load_h(i0 + j * bd, h[j]);
 #pragma unroll
-            for (int e = 0; e < V; ++e) h[j][e] += d[e];
-          }
-        }
-      }
+    for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
+      const uint32_t i = i0 + j * bd;
+      if (i >= total) continue;
+      float s = 0.0f;
 #pragma unroll
-      for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
-        const uint32_t c = c0 + j * bd;
-        if (c < nvec) {
+      for (int e = 0; e < V; ++e) s += h[j][e] * h[j][e];
+      const uint32_t r = i / nvec;
 #pragma unroll
-          for (int e = 0; e < V; ++e) ss[r] += h[j][e] * h[j][e];
-          if (hout && blockIdx.x == 0) store_f32<V>(hout + row + (size_t)c * V, h[j]);
-        }
-      }
+      for (int q = 0; q < 8; ++q) ss[q] += (r == (uint32_t)q) ? s : 0.0f;
+      if (write_h) store_f32<V>(hout + off[j], h[j]);
     }
   }
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    const float s = warp_sum(ss[r]);
-    if (lane == 0) red[r][warp] = s;
+  for (int q = 0; q < 8; ++q) {
+    const float s = warp_sum(ss[q]);
+    if (lane == 0) red[q][warp] = s;
   }
   __syncthreads();
-  // Pass 2: re-read h (L1/L2 hits) and write x. Exact sqrtf and division, as add_rmsnorm.
+  if (threadIdx.x < nrows) {  // red[8][r]: 1 / rms of row r; exact sqrtf and division, as add_rmsnorm
+    float sum = 0.0f;
+    for (uint32_t w = 0; w < warps; ++w) sum += red[threadIdx.x][w];
+    red[8][threadIdx.x] = 1.0f / sqrtf(sum / (float)K + eps);
+  }
+  __syncthreads();
+  // Pass 2: re-read h (L1/L2 hits) and write x = bf16(w * bf16(h * inv_rms)).
+  for (uint32_t i0 = threadIdx.x; i0 < total; i0 += GEMV_PRO_UNROLL * bd) {
+    float h[GEMV_PRO_UNROLL][V], wv[GEMV_PRO_UNROLL][V];
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    if ((uint32_t)r >= nrows) continue;
-    float total = 0.0f;
-    for (uint32_t w = 0; w < warps; ++w) total += red[r][w];
-    const float inv_rms = 1.0f / sqrtf(total / (float)K + eps);
-    const size_t row = (size_t)(r0 + r) * K;
-    bf16* xr = xs + (size_t)r * stride;
-    for (uint32_t c0 = threadIdx.x; c0 < nvec; c0 += GEMV_PRO_UNROLL * bd) {
-      float h[GEMV_PRO_UNROLL][V], wv[GEMV_PRO_UNROLL][V];
-#pragma unroll
-      for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
-        const uint32_t c = c0 + j * bd;
-        if (c < nvec) {
-          load_f32<V>(hin + row + (size_t)c * V, h[j]);
-          load_bf16<V>(norm_w + (size_t)c * V, wv[j]);
-          if (delta) {
-            float d[V];
-            load_bf16<V>(delta + row + (size_t)c * V, d);
-#pragma unroll
-            for (int e = 0; e < V; ++e) h[j][e] += d[e];
-          }
-        }
+    for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
+      const uint32_t i = i0 + j * bd;
+      if (i < total) {
+        load_h(i, h[j]);
+        load_bf16<V>(norm_w + (size_t)(i % nvec) * V, wv[j]);
       }
+    }
 #pragma unroll
-      for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
-        const uint32_t c = c0 + j * bd;
-        if (c < nvec) {
-          float y[V];
+    for (int j = 0; j < GEMV_PRO_UNROLL; ++j) {
+      const uint32_t i = i0 + j * bd;
+      if (i >= total) continue;
+      const float inv_rms = red[8][i / nvec];
+      float y[V];
 #pragma unroll
-          for (int e = 0; e < V; ++e) y[e] = wv[j][e] * round_bf16(h[j][e] * inv_rms);
-          store_bf16<V>(xr + (size_t)c * V, y);
-        }
-      }
+      for (int e = 0; e < V; ++e) y[e] = wv[j][e] * round_bf16(h[j][e] * inv_rms);
+      store_bf16<V>(xs + (size_t)(i / nvec) * stride + (size_t)(i % nvec) * V, y);
     }
   }
   __syncthreads();  // NOTE: red is rewritten by the next 8 rows

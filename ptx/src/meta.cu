@@ -35,3 +35,29 @@ extern "C" __global__ void gather_rows_bf16(__nv_bfloat16* __restrict__ out, con
     __nv_bfloat16* dst = out + (size_t)j * H;
     for (unsigned int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = src[i];
 }
+
+// The decode hot path without node patching: the staging buffer is a ring of `num_slots` slots
+// of `stride_words` words in device-mapped host memory; `counter` (a fixed device word, zero at
+// boot) counts the passes launched so far. Each pass copies slot (counter % num_slots) into the
+// fixed metadata region dst [words] u32, then advances the counter. The host fills slot
+// (passes launched % num_slots) before each launch, so nothing in the graph changes per step.
+// One CTA (the counter update must follow every read of this pass's slot).
+extern "C" __global__ void stage_meta_ring(unsigned int* __restrict__ dst, const unsigned int* __restrict__ staging,
+                                           unsigned int* __restrict__ counter, unsigned int stride_words,
+                                           unsigned int num_slots, unsigned int words) {
+    FG_PDL_WAIT();  /* PDL: wait for the predecessor grid before any global read */
+    const unsigned int c = *counter;
+    const unsigned int* src = staging + (size_t)(c % num_slots) * stride_words;
+    const bool vec = ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
+    unsigned int head = 0;
+    if (vec) {
+        const unsigned int n4 = words / 4;
+        const uint4* s4 = reinterpret_cast<const uint4*>(src);
+        uint4* d4 = reinterpret_cast<uint4*>(dst);
+        for (unsigned int i = threadIdx.x; i < n4; i += blockDim.x) d4[i] = s4[i];
+        head = n4 * 4;
+    }
+    for (unsigned int i = head + threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+    __syncthreads();  // every thread has read `c` before it changes
+    if (threadIdx.x == 0) *counter = c + 1;
+}

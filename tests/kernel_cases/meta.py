@@ -30,3 +30,20 @@ def gather_case(rng):
         return {"out": v["inp"][rows]}
 
     return KernelCase("gather_rows_bf16", p, bufs, {"out": Check()}, reference=ref)
+
+
+@kernel_case("stage_meta_ring")
+def stage_ring_case(rng):
+    slots, words = int(rng.integers(1, 7)), int(rng.integers(1, 500))
+    stride = (words + 3) // 4 * 4 + 4 * int(rng.integers(0, 3))
+    c = int(rng.integers(0, 1 << 31))
+    p = Program("stage_ring")
+    ops.stage_meta_ring(p, Ref("dst"), Ref("staging"), Ref("counter"), stride * 4, slots, 4 * words)
+    staging = Buffer(rng.integers(0, 1 << 32, size=slots * stride, dtype=np.uint32), "u32")
+    bufs = {"staging": staging, "counter": Buffer(np.array([c], np.uint32), "u32"), "dst": poison(words, "u32")}
+
+    def ref(v):
+        k = c % slots
+        return {"dst": v["staging"][k * stride : k * stride + words], "counter": np.array([c + 1])}
+
+    return KernelCase("stage_meta_ring", p, bufs, {"dst": Check(), "counter": Check()}, reference=ref)

@@ -18,3 +18,12 @@ def gather_rows_bf16(mem, grid, block, out, inp, idx, T, H):
     rows = np.where((rows < 0) | (rows >= T), 0, rows)
     src = mem.view(inp, np.uint16, T * H).reshape(T, H)
     mem.view(out, np.uint16, n * H).reshape(n, H)[:] = src[rows]
+
+
+@twin("stage_meta_ring")
+def stage_meta_ring(mem, grid, block, dst, staging, counter, stride_words, num_slots, words):
+    cnt = mem.view(counter, np.uint32, 1)
+    c = int(cnt[0])
+    src = staging + (c % num_slots) * stride_words * 4
+    mem.view(dst, np.uint32, words)[:] = mem.view(src, np.uint32, words)
+    cnt[0] = (c + 1) & 0xFFFFFFFF

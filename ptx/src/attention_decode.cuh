@@ -1,0 +1,395 @@
+// Device side of paged decode attention (entries live in attention.cu): the split layout, the
+// last-arrival merge of split partials, and the tensor-core decode body decode_tc<D>.
+//
+// Split layout (the twin and the launcher docs repeat it): a row of len keys is cut into pieces
+// of kps = round_up(ceil(len / S), block_size) keys; split s covers [s*kps, min((s+1)*kps, len)).
+// Only the first n = ceil(len / kps) splits hold keys. n <= 1: split 0 writes out directly (zeros
+// when len == 0) and every other split exits at once. n >= 2: each non-empty split writes its
+// partial (o normalised, m, l), then bumps the (row, kv head) arrival counter; the split that
+// arrives last merges the n partials into out. Empty splits never touch scratch or counters.
+#pragma once
+
+#include "attention.cuh"
+
+namespace attn {
+
+constexpr int kDecThreads = 128;  // 4 warps; every decode entry requires exactly this block
+constexpr int kDecTileKeys = 64;  // keys per K/V tile of decode_tc: 16 per warp
+constexpr int kDecStages = 2;     // K/V tiles in flight per CTA
+
+// Bytes of dynamic shared memory decode_tc<D> needs: kDecStages (K, V) tiles of padded rows.
+__host__ __device__ constexpr int decode_tc_smem(int D) {
+    return kDecStages * 2 * kDecTileKeys * (D + 8) * 2;
+}
+
+struct SplitRange {
+    int start, end;  // keys [start, end) of this split; start == end: empty
+    int used;        // n: splits of this row that hold keys (0 when len == 0)
+};
+
+__device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned block_size,
+                                                  unsigned split) {
+    SplitRange r;
+    if (len <= 0) {
+        r.start = r.end = r.used = 0;
+        return r;
+    }
+    const long long per = ((long long)len + S - 1) / S;
+    const long long kps = (per + block_size - 1) / block_size * block_size;
+    r.used = (int)(((long long)len + kps - 1) / kps);
+    r.start = (int)min(kps * split, (long long)len);
+    r.end = (int)min(kps * split + kps, (long long)len);
+    return r;
+}
+
+__device__ __forceinline__ float4 ldcg4(const float *p) { return __ldcg(reinterpret_cast<const float4 *>(p)); }
+
+// Called by the whole CTA after it wrote its partials (o_part/ml_part) of every head of group
+// (row, kvh). Returns after the merge when this CTA arrived last, else right away.
+// NOTE: every thread fences its own partial stores before the barrier, thread 0 then bumps the
+// counter; the last arriver fences again before reading the others' partials through L2 (ld.cg).
+// atomicInc wraps old == used - 1 back to 0: the counter is 0 again for the next graph replay.
+template <int D>
+__device__ __forceinline__ void arrive_and_merge(
+    __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
+    const float *o_part,              // [rows, Hq, S, D] f32 (written by other CTAs: no __restrict__)
+    const float *ml_part,             // [rows, Hq, S, 2] f32: (max score in ln units, sum exp)
+    unsigned *counters,               // [rows, Hkv] u32, 0 at rest
+    unsigned row, unsigned kvh, unsigned Hq, unsigned Hkv, unsigned S, int used) {
+    __shared__ unsigned s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned old = atomicInc(counters + (size_t)row * Hkv + kvh, (unsigned)used - 1);
+        s_last = old == (unsigned)used - 1;
+    }
+    __syncthreads();
+    const bool last = s_last;
+    __syncthreads();  // NOTE: s_last is rewritten by this CTA's next work item
+    if (!last) return;
+    __threadfence();
+
+    constexpr int C4 = D / 4;  // float4 columns of a head
+    const unsigned G = Hq / Hkv;
+    for (unsigned i = threadIdx.x; i < G * C4; i += kDecThreads) {
+        const unsigned g = i / C4, c4 = i % C4;
+        const size_t pi = ((size_t)row * Hq + kvh * G + g) * S;  // partial index of split 0
+        float M = -INFINITY, L = 0.f;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s0 = 0; s0 < used; s0 += 8) {  // 8 splits' loads in flight per step
+            float2 ml[8];
+            float4 ov[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                if (s0 + j < used) {
+                    ml[j] = __ldcg(reinterpret_cast<const float2 *>(ml_part + (pi + s0 + j) * 2));
+                    ov[j] = ldcg4(o_part + (pi + s0 + j) * D + c4 * 4);
+                } else {
+                    ml[j] = make_float2(-INFINITY, 0.f);
+                    ov[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+            }
+            float mx = M;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) mx = fmaxf(mx, ml[j].x);
+            const float mu = mx == -INFINITY ? 0.f : mx;
+            const float c = __expf(M - mu);  // M = -inf (first step): 0, and L, acc are 0
+            L *= c;
+            acc.x *= c; acc.y *= c; acc.z *= c; acc.w *= c;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float w = ml[j].y * __expf(ml[j].x - mu);
+                L += w;
+                acc.x = fmaf(w, ov[j].x, acc.x);
+                acc.y = fmaf(w, ov[j].y, acc.y);
+                acc.z = fmaf(w, ov[j].z, acc.z);
+                acc.w = fmaf(w, ov[j].w, acc.w);
+            }
+            M = mx;
+        }
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        uint2 packed;
+        packed.x = pack_bf16x2(acc.x * inv, acc.y * inv);
+        packed.y = pack_bf16x2(acc.z * inv, acc.w * inv);
+        *reinterpret_cast<uint2 *>(out + ((size_t)row * Hq + kvh * G + g) * D + c4 * 4) = packed;
+    }
+}
+
+// Per-thread 16-byte chunks of one K/V tile: kDecTileKeys keys x D/8 chunks over the CTA.
+template <int D>
+struct TileLoad {
+    static constexpr int CHUNKS = D / 8;
+    static constexpr int PER_THREAD = kDecTileKeys * CHUNKS / kDecThreads;
+    static_assert(kDecTileKeys * CHUNKS % kDecThreads == 0, "tile chunks must divide evenly");
+};
+
+// Issue one tile's cp.async (keys [kbase, kbase + 64) of kv head kvh) into s_k/s_v and commit.
+// Keys at or past kend are zero-filled and read nothing: garbage or NaN in unwritten pool
+// slots never reaches P.V. Block-table entries are all loaded before the first copy is issued.
+template <int D>
+__device__ __forceinline__ void load_kv_tile(
+    __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
+    const __nv_bfloat16 *__restrict__ v_pool, const int *__restrict__ bt, int kbase, int kend,
+    unsigned block_size, size_t tok_stride, unsigned kvh) {
+    constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = D + 8;
+    size_t off[N];
+    bool ok[N];
+#pragma unroll
+    for (int it = 0; it < N; ++it) {
+        const int i = threadIdx.x + it * kDecThreads, key = kbase + i / CHUNKS;
+        ok[it] = key < kend;
+        const unsigned blk = ok[it] ? (unsigned)__ldg(bt + (unsigned)key / block_size) : 0u;
+        off[it] = ((size_t)blk * block_size + (unsigned)key % block_size) * tok_stride +
+                  (size_t)kvh * D + (i % CHUNKS) * 8;
+    }
+#pragma unroll
+    for (int it = 0; it < N; ++it) {
+        const int i = threadIdx.x + it * kDecThreads;
+        const int kl = i / CHUNKS, cc = i % CHUNKS;
+        const int bytes = ok[it] ? 16 : 0;
+        cp_async16(smem_addr(s_k + kl * LD + cc * 8), ok[it] ? k_pool + off[it] : k_pool, bytes);
+        cp_async16(smem_addr(s_v + kl * LD + cc * 8), ok[it] ? v_pool + off[it] : v_pool, bytes);
+    }
+    cp_async_commit();
+}
+
+// p (f32) as hi + lo, both bf16: the P.V MMA then carries ~16 mantissa bits of P, so the result
+// matches an fp32 P.V to well under one bf16 output ulp.
+__device__ __forceinline__ void split_bf16x2(float a, float b, uint32_t &hi, uint32_t &lo) {
+    hi = pack_bf16x2(a, b);
+    const float ha = __uint_as_float(hi << 16), hb = __uint_as_float(hi & 0xFFFF0000u);
+    lo = pack_bf16x2(a - ha, b - hb);
+}
+
+}  // namespace attn
+
+constexpr int kDecMaxHeads = 16;  // query heads per pass of decode_tc (the MMA's M); G > 16 loops
+
+// Split-K flash decoding on tensor cores. One CTA = (row, kv head, split); the M dimension of
+// the bf16 m16n8k16 MMA holds up to 16 query heads of the GQA group (zero rows past G), so each
+// K/V tile in shared memory serves the whole group. Warp w owns keys [16w, 16w + 16) of every
+// 64-key tile and keeps its own online softmax; the 4 warps merge through shared memory at the
+// end. Two tiles are in flight (cp.async) while one is computed. P.V uses P split into bf16
+// hi + lo (two MMAs), so P is effectively unrounded, as in the fp32 path.
+template <int D>
+__device__ __forceinline__ void decode_tc(
+    __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
+    float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
+    float *ml_part,                            // [rows, Hq, S, 2] f32 (used >= 2 only)
+    unsigned *counters,                        // [rows, Hkv] u32, 0 at rest (used >= 2 only)
+    const __nv_bfloat16 *__restrict__ q,       // [rows, Hq*D] bf16 (RoPE applied)
+    const __nv_bfloat16 *__restrict__ k_pool,  // [num_blocks, block_size, Hkv, D] bf16
+    const __nv_bfloat16 *__restrict__ v_pool,  // [num_blocks, block_size, Hkv, D] bf16
+    const int *__restrict__ block_table,       // [rows, max_blocks] i32
+    const int *__restrict__ seq_len,           // [rows] i32
+    unsigned rows, unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv,
+    unsigned S, float scale) {
+    using namespace attn;
+    constexpr int KS = D / 16, NT = D / 8, LD = D + 8, TK = kDecTileKeys;
+    constexpr int TILE_BYTES = TK * LD * 2;  // one K (or V) tile
+    constexpr int SO = D + 8;                // s_o row stride in floats (conflict-free float2 stores)
+    constexpr int C4 = D / 4;
+    static_assert(D % 16 == 0 && NT % 2 == 0, "decode_tc head dim must be a multiple of 16");
+    static_assert(4 * 16 * SO * 4 <= decode_tc_smem(D), "s_o must fit in the tile buffers");
+
+    extern __shared__ __align__(16) unsigned char dec_smem[];  // decode_tc_smem(D) bytes
+    __nv_bfloat16 *s_kv = reinterpret_cast<__nv_bfloat16 *>(dec_smem);  // [stage][K, V][TK][LD]
+    float *s_o = reinterpret_cast<float *>(dec_smem);  // [warp][16][SO] after the key loop (aliases)
+    __shared__ float s_m[4][kDecMaxHeads], s_l[4][kDecMaxHeads];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gid = lane >> 2, tig = lane & 3;  // MMA fragment row group / thread in group
+    const unsigned G = Hq / Hkv;
+    const long long cap = (long long)max_blocks * block_size;
+    const size_t tok_stride = (size_t)Hkv * D;
+    const float qscale = scale * ATTN_LOG2E;
+    const uint32_t smem0 = smem_addr(dec_smem);
+    // ldmatrix row addresses (bytes from a tile's start) of this lane within this warp's 16 keys.
+    // K (x4): matrix lane/8 = (key half lane/16, dim half (lane/8)&1), row lane%8.
+    const uint32_t k_lane = ((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8) * 2;
+    // V (x4, transposed): matrix lane/8 = (key half (lane/8)&1, dim half lane/16), row lane%8.
+    const uint32_t v_lane = ((warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8) * 2;
+
+    for (unsigned row = blockIdx.y; row < rows; row += gridDim.y)
+    for (unsigned split = blockIdx.z; split < S; split += gridDim.z)
+    for (unsigned kvh = blockIdx.x; kvh < Hkv; kvh += gridDim.x) {
+        // PDL: first dependent read below (seq_len, block_table, q and the pools)
+        const int len = (int)max(0LL, min((long long)seq_len[row], cap));
+        const SplitRange sr = split_range(len, S, block_size, split);
+        if (split >= (unsigned)max(sr.used, 1)) continue;  // empty split: costs one load
+        const int *bt = block_table + (size_t)row * max_blocks;
+        const int n_tiles = (sr.end - sr.start + TK - 1) / TK;
+
+        for (unsigned h0 = 0; h0 < G; h0 += kDecMaxHeads) {
+            const unsigned nh = min(G - h0, (unsigned)kDecMaxHeads);
+            const size_t head0 = (size_t)row * Hq + kvh * G + h0;
+            // Q fragments (A operand, row-major 16 x D) stay in registers for the key loop.
+            const uint32_t *q0 = (unsigned)gid < nh
+                ? reinterpret_cast<const uint32_t *>(q + (head0 + gid) * D) : nullptr;
+            const uint32_t *q1 = (unsigned)gid + 8 < nh
+                ? reinterpret_cast<const uint32_t *>(q + (head0 + gid + 8) * D) : nullptr;
+            uint32_t qa[KS][4];
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+                qa[ks][0] = q0 ? q0[ks * 8 + tig] : 0u;
+                qa[ks][1] = q1 ? q1[ks * 8 + tig] : 0u;
+                qa[ks][2] = q0 ? q0[ks * 8 + tig + 4] : 0u;
+                qa[ks][3] = q1 ? q1[ks * 8 + tig + 4] : 0u;
+            }
+            // Both stages start loading before any math (empty groups keep wait_group counting).
+#pragma unroll
+            for (int st = 0; st < kDecStages; ++st) {
+                if (st < n_tiles) {
+                    __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
+                    load_kv_tile<D>(sk, sk + TK * LD, k_pool, v_pool, bt, sr.start + st * TK, sr.end,
+                                    block_size, tok_stride, kvh);
+                } else {
+                    cp_async_commit();
+                }
+            }
+
+            float o[NT][4];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+            float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows gid, gid + 8
+
+            for (int kt = 0; kt < n_tiles; ++kt) {
+                const int st = kt % kDecStages;
+                const uint32_t kaddr = smem0 + st * 2 * TILE_BYTES + k_lane;
+                const uint32_t vaddr = smem0 + st * 2 * TILE_BYTES + TILE_BYTES + v_lane;
+                const int kb = sr.start + kt * TK + warp * 16;  // this warp's first key
+                cp_async_wait<kDecStages - 1>();  // tile kt landed (later ones may still fly)
+                __syncthreads();
+                if (kb < sr.end) {  // warp-uniform; at least key kb is valid
+                    float s[2][4];
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+                    for (int ks = 0; ks < KS; ++ks) {
+                        uint32_t b[4];  // keys 0-7 / 8-15 x dim halves of step ks
+                        ldmatrix_x4(b, kaddr + ks * 32);
+                        mma_16816(s[0], qa[ks], b[0], b[1]);
+                        mma_16816(s[1], qa[ks], b[2], b[3]);
+                    }
+                    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const bool ok = kb + j * 8 + tig * 2 + (e & 1) < sr.end;
+                            s[j][e] = ok ? s[j][e] * qscale : -INFINITY;
+                        }
+                        mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+                        mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+                    }
+#pragma unroll
+                    for (int x = 1; x < 4; x <<= 1) {  // the 4 threads of a row group share rows
+                        mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, x));
+                        mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, x));
+                    }
+                    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);  // finite: key kb valid
+                    const float c0 = fast_exp2(m0 - mn0), c1 = fast_exp2(m1 - mn1);
+                    m0 = mn0;
+                    m1 = mn1;
+                    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        s[j][0] = fast_exp2(s[j][0] - mn0);
+                        s[j][1] = fast_exp2(s[j][1] - mn0);
+                        s[j][2] = fast_exp2(s[j][2] - mn1);
+                        s[j][3] = fast_exp2(s[j][3] - mn1);
+                        ps0 += s[j][0] + s[j][1];
+                        ps1 += s[j][2] + s[j][3];
+                    }
+                    l0 = fmaf(l0, c0, ps0);
+                    l1 = fmaf(l1, c1, ps1);
+                    // The S accumulators of the two key n-tiles are exactly P's A fragment.
+                    uint32_t ah[4], al[4];
+                    split_bf16x2(s[0][0], s[0][1], ah[0], al[0]);
+                    split_bf16x2(s[0][2], s[0][3], ah[1], al[1]);
+                    split_bf16x2(s[1][0], s[1][1], ah[2], al[2]);
+                    split_bf16x2(s[1][2], s[1][3], ah[3], al[3]);
+#pragma unroll
+                    for (int jp = 0; jp < NT / 2; ++jp) {
+                        uint32_t b[4];  // key halves x dims 16jp..16jp+15, transposed
+                        ldmatrix_x4_trans(b, vaddr + jp * 32);
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            float (&acc)[4] = o[2 * jp + h];
+                            acc[0] *= c0; acc[1] *= c0; acc[2] *= c1; acc[3] *= c1;
+                            mma_16816(acc, ah, b[2 * h], b[2 * h + 1]);
+                            mma_16816(acc, al, b[2 * h], b[2 * h + 1]);
+                        }
+                    }
+                }
+                __syncthreads();  // NOTE: every warp is done with stage st before it is refilled
+                if (kt + kDecStages < n_tiles) {
+                    __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
+                    load_kv_tile<D>(sk, sk + TK * LD, k_pool, v_pool, bt, sr.start + (kt + kDecStages) * TK,
+                                    sr.end, block_size, tok_stride, kvh);
+                } else {
+                    cp_async_commit();
+                }
+            }
+            cp_async_wait<0>();
+            __syncthreads();  // NOTE: s_o aliases the tiles
+
+            // Per-warp results to shared memory: rows gid and gid + 8 of the M tile.
+#pragma unroll
+            for (int x = 1; x < 4; x <<= 1) {
+                l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, x);
+                l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, x);
+            }
+            float *so = s_o + (size_t)warp * 16 * SO;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                *reinterpret_cast<float2 *>(so + gid * SO + n * 8 + tig * 2) = make_float2(o[n][0], o[n][1]);
+                *reinterpret_cast<float2 *>(so + (gid + 8) * SO + n * 8 + tig * 2) = make_float2(o[n][2], o[n][3]);
+            }
+            if (tig == 0) {
+                s_m[warp][gid] = m0;
+                s_m[warp][gid + 8] = m1;
+                s_l[warp][gid] = l0;
+                s_l[warp][gid + 8] = l1;
+            }
+            __syncthreads();
+
+            // Merge the 4 warps; one thread per (head, 4 columns).
+            for (unsigned i = tid; i < nh * C4; i += kDecThreads) {
+                const unsigned r = i / C4, c4 = i % C4;
+                float M = -INFINITY;
+#pragma unroll
+                for (int w = 0; w < 4; ++w) M = fmaxf(M, s_m[w][r]);
+                const float Mu = M == -INFINITY ? 0.f : M;  // no key at all (len == 0)
+                float L = 0.f;
+                float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int w = 0; w < 4; ++w) {
+                    const float wt = fast_exp2(s_m[w][r] - Mu);  // idle warp: m = -inf -> 0
+                    const float4 v = *reinterpret_cast<const float4 *>(s_o + ((size_t)w * 16 + r) * SO + c4 * 4);
+                    L = fmaf(s_l[w][r], wt, L);
+                    a.x = fmaf(v.x, wt, a.x);
+                    a.y = fmaf(v.y, wt, a.y);
+                    a.z = fmaf(v.z, wt, a.z);
+                    a.w = fmaf(v.w, wt, a.w);
+                }
+                const float inv = L > 0.f ? 1.f / L : 0.f;
+                a.x *= inv; a.y *= inv; a.z *= inv; a.w *= inv;
+                if (sr.used <= 1) {
+                    uint2 packed;
+                    packed.x = pack_bf16x2(a.x, a.y);
+                    packed.y = pack_bf16x2(a.z, a.w);
+                    *reinterpret_cast<uint2 *>(out + (head0 + r) * D + c4 * 4) = packed;
+                } else {
+                    const size_t pi = (head0 + r) * S + split;
+                    *reinterpret_cast<float4 *>(o_part + pi * D + c4 * 4) = a;
+                    if (c4 == 0)
+                        *reinterpret_cast<float2 *>(ml_part + pi * 2) = make_float2(M * ATTN_LN2, L);
+                }
+            }
+            __syncthreads();  // NOTE: s_o, s_m, s_l are rewritten by the next pass / work item
+        }
+        if (sr.used >= 2)
+            arrive_and_merge<D>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
+    }
+}
