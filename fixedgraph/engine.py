@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from fixedgraph import nvtx
 from fixedgraph.backends import get_device
 from fixedgraph.loader import load_weights
 from fixedgraph.models.dense import DenseDecoder, Sizes
@@ -77,10 +78,12 @@ class LLM:
             self.model = DenseDecoder(cfg, sizes)
             self.plan = self.model.plan()
             self.arena = self.device.arena(self.plan)
-            self.weight_bytes = load_weights(self.model, source, self.arena, progress)
+            with nvtx.range("load weights"):
+                self.weight_bytes = load_weights(self.model, source, self.arena, progress)
         finally:
             source.close()
-        self.runner = Runner(self.device, self.model, self.arena, lookahead)
+        with nvtx.range("build graphs"):
+            self.runner = Runner(self.device, self.model, self.arena, lookahead)
         self.boot_s = time.perf_counter() - t0
         self._rng = random.Random(seed)
 

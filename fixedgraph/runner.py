@@ -16,6 +16,7 @@ from typing import Iterator
 
 import numpy as np
 
+from fixedgraph import nvtx
 from fixedgraph.backends.base import write_rows
 from fixedgraph.errors import ContextOverflow, FixedGraphError
 from fixedgraph.kvcache import BlockAllocator
@@ -128,7 +129,9 @@ class Runner:
         try:
             if params.repetition_penalty != 1.0:
                 self._set_seen(prompt)
-            yield self._prefill(seq, prompt, params, seed, sampling)
+            with nvtx.range("prefill"):
+                first = self._prefill(seq, prompt, params, seed, sampling)
+            yield first
             graph = self.graphs.decode[(1, sampling)]
             n = len(prompt)
             launched = consumed = 0  # decode steps (step numbers start at 1)
