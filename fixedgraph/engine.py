@@ -11,6 +11,7 @@ from fixedgraph import nvtx
 from fixedgraph.backends import get_device
 from fixedgraph.loader import load_weights
 from fixedgraph.models.dense import DenseDecoder, Sizes
+from fixedgraph.models.fixed import fixed_record
 from fixedgraph.outputs import CompletionOutput, RequestMetrics
 from fixedgraph.runner import Runner
 from fixedgraph.sampling import SamplingParams, resolve_seed
@@ -84,6 +85,7 @@ class LLM:
             source.close()
         with nvtx.range("build graphs"):
             self.runner = Runner(self.device, self.model, self.arena, lookahead)
+        self.fixed = fixed_record(self.model, self.arena, self.runner.ring.device_addr)
         self.boot_s = time.perf_counter() - t0
         self._rng = random.Random(seed)
 

@@ -43,6 +43,9 @@ class Runner:
         self.slot_bytes = model.slot_bytes
         self.staging = device.alloc_host(self.num_slots * self.slot_bytes, mapped=True)
         arena.fill("stage_counter", 0)
+        for name in arena.plan.regions:  # kernel scratch (e.g. split-K arrival counters) starts at zero
+            if name.startswith("scratch."):
+                arena.fill(name, 0)
         self.passes = 0  # passes launched == the device's stage_counter once they have run
         self.ring = device.alloc_host(s.ring_len * s.widths[-1] * 4, mapped=True)
         self.ring_i32 = self.ring.view(np.int32)

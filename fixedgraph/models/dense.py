@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fixedgraph.layout import ArenaPlan
 from fixedgraph.models.config import ModelConfig
 from fixedgraph.models.meta import MetaLayout
-from fixedgraph.ops import act, argmax, attention, embed_norm, meta as meta_ops, rope_kv, sample
+from fixedgraph.ops import act, argmax, attention, embed_norm, gemv, meta as meta_ops, rope_kv, sample
 from fixedgraph.ops.linear import linear
 from fixedgraph.program import HostPtr, Program, Ref
 
@@ -89,6 +89,7 @@ class DenseDecoder:
             p.add(f"L{i}.v_pool", (s.num_blocks, s.block_size, self.Hkv, D), "bf16")
         R = s.max_rows
         p.add("hidden", (R, H), "f32")  # the residual stream (Fixed.hidden)
+        p.add("hidden2", (s.widths[-1], H), "f32")  # its ping-pong partner in the fused decode path
         p.add("residual", (R, H), "bf16")  # the normed stream the norms write (Fixed.residual)
         p.add("qkv", (R, self.QKV), "bf16")
         p.add("q", (R, self.Hq * D), "bf16")
@@ -103,7 +104,7 @@ class DenseDecoder:
         p.add("stage_counter", (1,), "u32")  # passes launched so far: picks the staging slot
         for w in s.widths:
             p.add(f"meta.decode.{w}", (self.decode_meta[w].nbytes,), "u8")
-            for name, (shape, dtype) in attention.decode_scratch(w, self.Hq, D, self.splits[w]).items():
+            for name, (shape, dtype) in attention.decode_scratch(w, self.Hq, D, self.splits[w], self.Hkv).items():
                 p.add(f"scratch.{w}.{name}", shape, dtype)
         for t in s.chunk_buckets:
             p.add(f"meta.prefill.{t}", (self.prefill_meta[t].nbytes,), "u8")
@@ -135,7 +136,8 @@ class DenseDecoder:
     # ---- programs --------------------------------------------------------------------------
 
     def _layers(self, prog: Program, rows: int, mref, attend) -> None:
-        """Every transformer layer over ``rows`` rows; leaves the last MLP output in ``delta``."""
+        """Every transformer layer over ``rows`` rows (prefill: GEMM path, separate norms);
+        leaves the last MLP output in ``delta`` and the residual stream in ``hidden``."""
         c, H, I, D = self.cfg, self.H, self.I, self.D
         for i in range(c.num_layers):
             L = f"L{i}."
@@ -143,10 +145,7 @@ class DenseDecoder:
                                    Ref("residual"), rows, H, c.rms_norm_eps, label=f"{L}input_norm")
             linear(prog, Ref("qkv"), Ref("residual"), Ref(L + "qkv_w"),
                    Ref(L + "qkv_b") if c.attention_bias else None, rows, self.QKV, H, label=f"{L}qkv_proj")
-            rope_kv.qk_norm_rope_kv(prog, Ref("qkv"), Ref("q"), Ref(L + "q_norm") if c.qk_norm else None,
-                                    Ref(L + "k_norm") if c.qk_norm else None, Ref("rope"), mref("positions"),
-                                    mref("slot"), Ref(L + "k_pool"), Ref(L + "v_pool"), rows, self.Hq,
-                                    self.Hkv, D, c.rms_norm_eps, label=f"{L}qk_norm_rope_kv")
+            self._rope(prog, L, rows, mref)
             attend(prog, i)
             linear(prog, Ref("delta"), Ref("attn"), Ref(L + "o_w"), None, rows, H, self.Hq * D, label=f"{L}o_proj")
             embed_norm.add_rmsnorm(prog, Ref("hidden"), Ref("delta"), Ref(L + "post_norm"), Ref("residual"),
@@ -156,9 +155,46 @@ class DenseDecoder:
             act.silu_mul(prog, Ref("act"), Ref("gate_up"), rows, I, label=f"{L}silu_mul")
             linear(prog, Ref("delta"), Ref("act"), Ref(L + "down_w"), None, rows, H, I, label=f"{L}down_proj")
 
+    def _rope(self, prog: Program, L: str, rows: int, mref) -> None:
+        c = self.cfg
+        rope_kv.qk_norm_rope_kv(prog, Ref("qkv"), Ref("q"), Ref(L + "q_norm") if c.qk_norm else None,
+                                Ref(L + "k_norm") if c.qk_norm else None, Ref("rope"), mref("positions"),
+                                mref("slot"), Ref(L + "k_pool"), Ref(L + "v_pool"), rows, self.Hq,
+                                self.Hkv, self.D, c.rms_norm_eps, label=f"{L}qk_norm_rope_kv")
+
+    def _fused_layers(self, prog: Program, rows: int, mref, attend) -> str:
+        """The decode layers with each norm folded into the GEMV after it and SiLU*up into the
+        down projection (rows <= 8). The residual stream ping-pongs between ``hidden`` and
+        ``hidden2`` (a fused GEMV reads one and one CTA writes the other); returns the region
+        holding it at the end, with the last MLP output still in ``delta``."""
+        c, H, I, D = self.cfg, self.H, self.I, self.D
+        cur, other = "hidden", "hidden2"
+        for i in range(c.num_layers):
+            L = f"L{i}."
+            # layer 0 has no delta to add: the stream stays where the embedding put it
+            gemv.gemv_rmsnorm(prog, Ref("qkv"), Ref(cur), Ref("delta") if i else None, Ref(other) if i else None,
+                              Ref(L + "in_norm"), Ref(L + "qkv_w"), Ref(L + "qkv_b") if c.attention_bias else None,
+                              rows, self.QKV, H, c.rms_norm_eps, label=f"{L}norm+qkv_proj")
+            if i:
+                cur, other = other, cur
+            self._rope(prog, L, rows, mref)
+            attend(prog, i)
+            gemv.gemv(prog, Ref("delta"), Ref("attn"), Ref(L + "o_w"), None, rows, H, self.Hq * D, label=f"{L}o_proj")
+            gemv.gemv_rmsnorm(prog, Ref("gate_up"), Ref(cur), Ref("delta"), Ref(other), Ref(L + "post_norm"),
+                              Ref(L + "gate_up_w"), None, rows, 2 * I, H, c.rms_norm_eps,
+                              label=f"{L}norm+gate_up_proj")
+            cur, other = other, cur
+            gemv.gemv_silu(prog, Ref("delta"), Ref("gate_up"), Ref(L + "down_w"), None, rows, H, I,
+                           label=f"{L}silu+down_proj")
+        return cur
+
     def _head(self, prog: Program, x: Ref, rows: int, mref, sampling: bool) -> None:
         head = Ref("embed") if self.cfg.tie_word_embeddings else Ref("lm_head")
         linear(prog, Ref("logits"), x, head, None, rows, self.V, self.H, out_f32=True, label="lm_head")
+        self._pick(prog, rows, mref, sampling)
+
+    def _pick(self, prog: Program, rows: int, mref, sampling: bool) -> None:
+        """Argmax or sampling over ``logits``: the token goes to ``tokens`` and the mapped ring."""
         if sampling:
             sample.sample_rows(prog, Ref("tokens"), HostPtr(RING), mref("step"), self.sizes.ring_len,
                                Ref("logits"), mref("sample"), Ref("seen"), rows, self.V, label="sample")
@@ -187,7 +223,7 @@ class DenseDecoder:
         embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
                                 label="embed")
         S = self.splits[width]
-        scratch = {n: Ref(f"scratch.{width}.{n}") for n in attention.decode_scratch(width, self.Hq, self.D, S)}
+        scratch = {n: Ref(f"scratch.{width}.{n}") for n in attention.decode_scratch(width, self.Hq, self.D, S, self.Hkv)}
 
         def attend(p: Program, i: int) -> None:
             attention.attention_decode(p, Ref("attn"), Ref("q"), Ref(f"L{i}.k_pool"), Ref(f"L{i}.v_pool"),
@@ -195,10 +231,11 @@ class DenseDecoder:
                                        s.max_blocks, s.block_size, self.Hq, self.Hkv, self.D, self.scale, S,
                                        label=f"L{i}.attention")
 
-        self._layers(prog, width, mref, attend)
-        embed_norm.add_rmsnorm(prog, Ref("hidden"), Ref("delta"), Ref("final_norm"), Ref("residual"), width,
-                               self.H, self.cfg.rms_norm_eps, label="final_norm")
-        self._head(prog, Ref("residual"), width, mref, sampling)
+        cur = self._fused_layers(prog, width, mref, attend)
+        head = Ref("embed") if self.cfg.tie_word_embeddings else Ref("lm_head")
+        gemv.gemv_rmsnorm(prog, Ref("logits"), Ref(cur), Ref("delta"), None, Ref("final_norm"), head, None, width,
+                          self.V, self.H, self.cfg.rms_norm_eps, out_f32=True, label="final_norm+lm_head")
+        self._pick(prog, width, mref, sampling)
         return prog
 
     def prefill_program(self, chunk: int, sampling: bool) -> Program:

@@ -4,6 +4,10 @@ KV pools: [num_blocks, block_size, Hkv, D] bf16, one K and one V pool per layer;
 sequence lives in block ``block_table[t // block_size]`` at offset ``t % block_size``. Query head
 h reads kv head ``h // (Hq // Hkv)``. Decode with ``num_splits > 1`` needs the scratch regions
 named by ``decode_scratch``; the same scratch serves every layer (launches run in order).
+
+NOTE: the arrival counters (``SCRATCH_COUNT``, one u32 per (row, kv head)) must be zeroed once
+when the arena is created (see ``ZERO_AT_BOOT``); every decode launch leaves them at 0 again, so
+graph replays need nothing further. The reference twin refuses to run on non-zero counters.
 """
 from __future__ import annotations
 
@@ -14,10 +18,14 @@ PREFILL_HEAD_DIMS = (64, 96, 128)
 DECODE_THREADS = 128  # fixed by the kernel (4 warps)
 PREFILL_THREADS = 128  # fixed by the kernel (4 warps x 16 query rows)
 PREFILL_ROWS_PER_CTA = 64  # (token, query head) rows per CTA
+DECODE_TILE_KEYS = 64  # keys per K/V tile of the tensor-core decode body (D <= 128)
+DECODE_STAGES = 2  # K/V tiles in flight per CTA
 MAX_SPLITS = 32
-MIN_KEYS_PER_SPLIT = 256  # below this a split's fixed cost (q load, merge, combine) dominates
+MIN_KEYS_PER_SPLIT = 64  # one tile: graphs whose longest context is shorter stay at one split
 SCRATCH_O = "attn_split_o"  # [rows, Hq, num_splits, D] f32: per-split normalised outputs
-SCRATCH_ML = "attn_split_ml"  # [rows, Hq, num_splits, 2] f32: per-split (max score, sum exp)
+SCRATCH_ML = "attn_split_ml"  # [rows, Hq, num_splits, 2] f32: per-split (max score ln, sum exp)
+SCRATCH_COUNT = "attn_split_count"  # [rows, Hkv] u32: split arrivals, 0 at rest
+ZERO_AT_BOOT = (SCRATCH_COUNT,)  # scratch regions the arena must hold zeroed before the first launch
 
 
 def _check_heads(op: str, Hq: int, Hkv: int, D: int, dims: tuple[int, ...]) -> None:
@@ -28,24 +36,42 @@ def _check_heads(op: str, Hq: int, Hkv: int, D: int, dims: tuple[int, ...]) -> N
                          f"{', '.join(map(str, dims))} (add an entry in ptx/src/attention.cu)")
 
 
-def decode_scratch(rows: int, Hq: int, D: int, num_splits: int) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Scratch regions ``attention_decode`` needs: ``name -> (shape, dtype)``; empty when S == 1."""
+def decode_scratch(rows: int, Hq: int, D: int, num_splits: int,
+                   Hkv: int | None = None) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Scratch regions ``attention_decode`` needs: ``name -> (shape, dtype)``; empty when S == 1.
+
+    ``SCRATCH_COUNT`` ([rows, Hkv] u32; sized [rows, Hq] when ``Hkv`` is not given, which covers
+    any Hkv) must be zeroed at boot: see ``ZERO_AT_BOOT``.
+    """
     if num_splits <= 1:
         return {}
     return {SCRATCH_O: ((rows, Hq, num_splits, D), "f32"),
-            SCRATCH_ML: ((rows, Hq, num_splits, 2), "f32")}
+            SCRATCH_ML: ((rows, Hq, num_splits, 2), "f32"),
+            SCRATCH_COUNT: ((rows, Hkv if Hkv else Hq), "u32")}
+
+
+def boot_zero_regions(region_names) -> list[str]:
+    """The arena regions (planned from ``decode_scratch`` under any prefix) to zero once at boot."""
+    return [n for n in region_names if n.rsplit(".", 1)[-1] in ZERO_AT_BOOT]
+
+
+def decode_shared_bytes(D: int) -> int:
+    """Dynamic shared memory of ``paged_attention_decode_d{D}``: K/V tile stages (0 for D = 256)."""
+    return 0 if D > 128 else DECODE_STAGES * 2 * DECODE_TILE_KEYS * (D + 8) * 2
 
 
 def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132) -> int:
-    """Splits per (row, kv head) so that long contexts put about two CTAs on every SM.
+    """Splits per (row, kv head) so that the longest context puts about two CTAs on every SM.
 
-    Fixed when the graph is built; sequences shorter than ``max_seq_len`` leave splits empty,
-    which cost one tiny CTA each. Never makes a split shorter than MIN_KEYS_PER_SPLIT keys.
+    Fixed when the graph is built; each launch cuts a row of n keys into pieces of
+    round_up(ceil(n / S), block_size) keys, so short contexts use fewer, shorter splits and the
+    rest exit after one load (no scratch, no counter). Never more than ``max_seq_len //
+    MIN_KEYS_PER_SPLIT`` splits, nor more CTAs than two per SM (the kernel's occupancy).
     """
     if max_seq_len < 1 or rows < 1 or Hkv < 1:
         raise ValueError(f"choose_num_splits: max_seq_len={max_seq_len}, rows={rows}, Hkv={Hkv}")
-    want = -(-2 * num_sms // (rows * Hkv))  # CTAs per (row, kv head) to fill the GPU twice
-    by_len = max(1, max_seq_len // MIN_KEYS_PER_SPLIT)
+    want = 2 * num_sms // (rows * Hkv)  # CTAs per (row, kv head) that still fit in one wave
+    by_len = max_seq_len // MIN_KEYS_PER_SPLIT
     return max(1, min(want, by_len, MAX_SPLITS))
 
 
@@ -53,18 +79,21 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
                      seq_len: Arg, scratch: dict[str, Arg] | None, rows: int, max_blocks: int,
                      block_size: int, Hq: int, Hkv: int, D: int, scale: float, num_splits: int,
                      label: str = "attention_decode") -> int:
-    """Attention of one query token per row over its sequence's paged K/V.
+    """Attention of one query token per row over its sequence's paged K/V, in one launch.
 
     out: [rows, Hq * D] bf16, written. q: [rows, Hq * D] bf16 (RoPE applied).
     k_pool, v_pool: [num_blocks, block_size, Hkv, D] bf16.
     block_table: [rows, max_blocks] i32. seq_len: [rows] i32; row r attends keys
       0..seq_len[r]-1 (clamped to max_blocks * block_size; 0 gives zeros). Padding rows:
       seq_len 1 and a block table pointing at a dummy block.
-    scratch: regions named by ``decode_scratch(rows, Hq, D, num_splits)``; None when S == 1.
-    num_splits: S fixed for the graph (see ``choose_num_splits``); split s covers keys
-      [s*K, (s+1)*K) with K = ceil(seq_len / S) rounded up to block_size. S == 1 writes out
-      directly; S > 1 adds a paged_attention_combine launch. fp32 softmax, no bf16 rounding of P.
-    Returns the op index of the last launch.
+    scratch: regions named by ``decode_scratch(rows, Hq, D, num_splits, Hkv)``; None when S == 1.
+      Its counter region must be zero before the first launch and is zero after every launch.
+    num_splits: S fixed for the graph (see ``choose_num_splits``); a row of n keys is cut into
+      pieces of K = round_up(ceil(n / S), block_size) keys, split s covering [s*K, (s+1)*K). With
+      several non-empty splits each writes its partial (o, m, l) to scratch and the last to
+      arrive on the (row, kv head) counter merges them into out; no second launch.
+    fp32 softmax; P.V on tensor cores with P as bf16 hi + lo (D <= 128), fp32 for D = 256.
+    Returns the op index.
     """
     op = "attention_decode"
     _check_heads(op, Hq, Hkv, D, DECODE_HEAD_DIMS)
@@ -74,23 +103,32 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
     S = int(num_splits)
     o_part: Arg = Null()
     ml_part: Arg = Null()
+    counters: Arg = Null()
     if S > 1:
-        need = decode_scratch(rows, Hq, D, S)
+        need = decode_scratch(rows, Hq, D, S, Hkv)
         missing = [n for n in need if not scratch or n not in scratch]
         if missing:
             raise ValueError(f"{op}: num_splits={S} needs scratch regions {missing} "
-                             f"(plan them with decode_scratch(rows, Hq, D, num_splits))")
-        o_part, ml_part = scratch[SCRATCH_O], scratch[SCRATCH_ML]
-    args = (out, o_part, ml_part, q, k_pool, v_pool, block_table, seq_len, int(rows),
+                             f"(plan them with decode_scratch(rows, Hq, D, num_splits, Hkv))")
+        o_part, ml_part, counters = scratch[SCRATCH_O], scratch[SCRATCH_ML], scratch[SCRATCH_COUNT]
+    args = (out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, int(rows),
             int(max_blocks), int(block_size), int(Hq), int(Hkv), int(D), S, float(scale))
-    idx = prog.launch(f"paged_attention_decode_d{D}", (Hkv, rows, S), (DECODE_THREADS, 1, 1),
-                      args, label=label)
-    if S > 1:
-        block = 64 if D <= 64 else 128
-        idx = prog.launch("paged_attention_combine", (rows * Hq, 1, 1), (block, 1, 1),
-                          (out, o_part, ml_part, int(rows), int(Hq), int(D), S),
-                          label=f"{label}.combine")
-    return idx
+    return prog.launch(f"paged_attention_decode_d{D}", (Hkv, rows, S), (DECODE_THREADS, 1, 1),
+                       args, shared=decode_shared_bytes(D), label=label)
+
+
+def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,
+                      num_splits: int, label: str = "attention_combine") -> int:
+    """Legacy: merge S split partials into out. ``attention_decode`` no longer needs it.
+
+    out: [rows, Hq * D] bf16, written. scratch: ``SCRATCH_O`` [rows, Hq, S, D] f32 (normalised
+    per split) and ``SCRATCH_ML`` [rows, Hq, S, 2] f32 (max score in natural-log units, sum exp);
+    every split must hold a partial (an empty one: m = -inf, l = 0). Returns the op index.
+    """
+    block = 64 if D <= 64 else 128
+    return prog.launch("paged_attention_combine", (rows * Hq, 1, 1), (block, 1, 1),
+                       (out, scratch[SCRATCH_O], scratch[SCRATCH_ML], int(rows), int(Hq), int(D),
+                        int(num_splits)), label=label)
 
 
 def attention_prefill(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, block_table: Arg,

@@ -1,22 +1,30 @@
-"""Launcher of ptx/src/gemv.cu: the decode GEMV out = x @ W.T (+ bias) for 1..8 rows.
+"""Launchers of ptx/src/gemv.cu: the decode GEMV out = x @ W.T (+ bias) for 1..8 rows, and its
+fused forms that build x inside every CTA from the previous op's output, saving that launch:
+``gemv_rmsnorm`` (residual add + RMSNorm before qkv, gate_up, lm_head) and ``gemv_silu``
+(silu(gate) * up before down_proj).
 
-The kernel needs no scratch memory: when N is small it splits K across the warps of a block
-and reduces in shared memory, so one launch covers the GPU without a second pass.
+No scratch memory: when N is small the kernel splits K across the warps of a block (up to 16
+warps of a 512-thread block) and reduces in shared memory, so one launch covers the GPU.
 """
 from __future__ import annotations
 
 from fixedgraph.program import Arg, Null, Program
 
-THREADS = 256  # 8 warps; the kernel's warp layout assumes exactly this block
-WARPS = 8
+WARPS = 8  # warps of a normal block (256 threads)
+WIDE_WARPS = 16  # warps of a block for small N (512 threads), so one k32 batch per warp covers K
 TILE_N = 16  # output columns per warp tile (the mma M dimension)
 UNROLL = 4  # k32 blocks in flight per warp
 TARGET_WARPS = 2048  # ~16 warps per SM on the H200's 132 SMs
 MIN_KBLOCKS = 2  # k32 blocks per warp worth splitting K for
 MAX_ROWS = 8  # the mma N dimension: W is streamed once for up to 8 rows
+NUM_SMS = 132  # H200
+CTAS_PER_SM = 3  # 80 registers x 256 threads: 3 CTAs fit an SM's 65536 registers
+SMEM_PER_SM = 228 * 1024  # shared memory an SM hands out (1 KiB of it reserved per CTA)
+SMEM_PER_BLOCK = 227 * 1024  # the most one CTA may opt in to
+STATIC_SMEM = 8768  # the kernels' static shared memory (ptxas -v)
 
 
-def gemv_split(N: int, K: int) -> int:
+def gemv_split(N: int, K: int, warps: int = WARPS) -> int:
     """Warps per 16-column tile (K split inside a block); mirrors gemv_split() in gemv.cu.
 
     A mismatch with the kernel would only change speed: the kernel takes tiles grid-stride.
@@ -24,16 +32,60 @@ def gemv_split(N: int, K: int) -> int:
     tiles = -(-N // TILE_N)
     kblocks = -(-K // 32)
     s = 1
-    while s < WARPS and tiles * s < TARGET_WARPS and kblocks >= 2 * s * MIN_KBLOCKS:
+    while s < warps and tiles * s < TARGET_WARPS and kblocks >= 2 * s * MIN_KBLOCKS:
         s *= 2
     return s
 
 
+def gemv_warps(N: int, K: int) -> int:
+    """Warps per block: 16 when even 8-way k splits leave most SMs idle (small N, long K)."""
+    if gemv_split(N, K) == WARPS and gemv_groups(N, K, WARPS) < NUM_SMS and gemv_split(N, K, WIDE_WARPS) > WARPS:
+        return WIDE_WARPS
+    return WARPS
+
+
+def gemv_groups(N: int, K: int, warps: int = WARPS) -> int:
+    """Column groups: one block's worth of tiles (warps // split of them)."""
+    return -(-(-(-N // TILE_N)) // (warps // gemv_split(N, K, warps)))
+
+
 def gemv_grid(N: int, K: int) -> int:
-    """Blocks for one launch: one per group of WARPS // gemv_split(N, K) column tiles."""
-    tiles = -(-N // TILE_N)
-    tiles_per_block = WARPS // gemv_split(N, K)
-    return -(-tiles // tiles_per_block)
+    """Blocks for one plain GEMV launch: one per column group."""
+    return gemv_groups(N, K, gemv_warps(N, K))
+
+
+def xs_stride(K: int) -> int:
+    """Elements between rows of the fused kernels' shared x; mirrors xs_stride() in gemv.cuh."""
+    return (K + 63) // 64 * 64 + 32
+
+
+def fused_shared(rows: int, K: int) -> int:
+    """Dynamic shared memory (bytes) of a fused launch: x as [rows, xs_stride(K)] bf16."""
+    return rows * xs_stride(K) * 2
+
+
+def fused_grid(N: int, K: int, rows: int) -> int:
+    """Blocks of a fused launch: no more than fit at once (each CTA builds x once, then takes
+    column groups grid-stride), balanced so every CTA takes the same number of groups."""
+    warps = gemv_warps(N, K)
+    per_sm = max(1, min(CTAS_PER_SM * WARPS // warps,
+                        SMEM_PER_SM // (fused_shared(rows, K) + STATIC_SMEM + 1024)))
+    groups = gemv_groups(N, K, warps)
+    rounds = -(-groups // (NUM_SMS * per_sm))
+    return -(-groups // rounds)
+
+
+def _check(name: str, rows: int, N: int, K: int) -> tuple[int, int, int]:
+    rows, N, K = int(rows), int(N), int(K)
+    if not 1 <= rows <= MAX_ROWS:
+        raise ValueError(f"{name} takes 1..{MAX_ROWS} rows, got {rows}; use fixedgraph.ops.gemm.gemm (or linear) for more")
+    if not (1 <= N < 1 << 31 and 1 <= K < 1 << 31):
+        raise ValueError(f"{name} needs 1 <= N, K < 2**31; got N={N}, K={K}")
+    return rows, N, K
+
+
+def _ptr(a: Arg | None) -> Arg:
+    return Null() if a is None else a
 
 
 def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,
@@ -47,11 +99,53 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     Any K works; K % 8 == 0 with 16-byte-aligned x and w takes the fast 16-byte-load path.
     Returns the op index.
     """
-    rows, N, K = int(rows), int(N), int(K)
-    if not 1 <= rows <= MAX_ROWS:
-        raise ValueError(f"gemv takes 1..{MAX_ROWS} rows, got {rows}; use fixedgraph.ops.gemm.gemm (or linear) for more")
-    if not (1 <= N < 1 << 31 and 1 <= K < 1 << 31):
-        raise ValueError(f"gemv needs 1 <= N, K < 2**31; got N={N}, K={K}")
+    rows, N, K = _check("gemv", rows, N, K)
     entry = "gemv_bf16_f32out" if out_f32 else "gemv_bf16"
-    return prog.launch(entry, (gemv_grid(N, K), 1, 1), (THREADS, 1, 1),
-                       (out, x, w, Null() if bias is None else bias, rows, N, K), label=label or entry)
+    return prog.launch(entry, (gemv_grid(N, K), 1, 1), (32 * gemv_warps(N, K), 1, 1),
+                       (out, x, w, _ptr(bias), rows, N, K), label=label or entry)
+
+
+def _fused_launch(prog: Program, entry: str, args: tuple, rows: int, N: int, K: int, label: str) -> int:
+    shared = fused_shared(rows, K)
+    if shared + STATIC_SMEM > SMEM_PER_BLOCK:
+        raise ValueError(f"{entry}: x of {rows} rows x K={K} needs {shared} bytes of shared memory, more than "
+                         f"{SMEM_PER_BLOCK - STATIC_SMEM}; run the unfused op and gemv instead")
+    return prog.launch(entry, (fused_grid(N, K, rows), 1, 1), (32 * gemv_warps(N, K), 1, 1), args,
+                       shared=shared, label=label or entry)
+
+
+def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
+                 norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
+                 out_f32: bool = False, label: str = "") -> int:
+    """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
+
+    h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
+    (add_rmsnorm's rounding); out[r, n] = sum_k x[r, k] * w[n, k] (+ bias[n]), rounded once.
+    out: [rows, N] bf16, or f32 when ``out_f32`` (logits); written.
+    hidden_in: [rows, K] f32 residual stream; read only.
+    delta: [rows, K] bf16 branch output to add, or None.
+    hidden_out: [rows, K] f32, or None; written with h (by one CTA).
+    NOTE: hidden_out must not alias hidden_in (every CTA reads hidden_in while one writes
+    hidden_out): ping-pong two residual buffers.
+    norm_w: [K] bf16. w: [N, K] bf16. bias: [N] bf16 or None. rows: 1..8. eps: variance epsilon.
+    Returns the op index.
+    """
+    rows, N, K = _check("gemv_rmsnorm", rows, N, K)
+    if hidden_out is not None and hidden_out == hidden_in:
+        raise ValueError("gemv_rmsnorm: hidden_out must not alias hidden_in; ping-pong two residual buffers")
+    entry = "gemv_rmsnorm_bf16_f32out" if out_f32 else "gemv_rmsnorm_bf16"
+    args = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias), rows, N, K, float(eps))
+    return _fused_launch(prog, entry, args, rows, N, K, label)
+
+
+def gemv_silu(prog: Program, out: Arg, gate_up: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,
+              label: str = "") -> int:
+    """out = (silu(gate) * up) @ w.T (+ bias), replacing silu_mul + gemv.
+
+    x = bf16(bf16(silu(gate)) * up) (silu_mul's rounding), gate = gate_up[:, :K], up = gate_up[:, K:];
+    out[r, n] = sum_k x[r, k] * w[n, k] (+ bias[n]), rounded once to bf16.
+    out: [rows, N] bf16; written. gate_up: [rows, 2K] bf16. w: [N, K] bf16 (K = intermediate
+    size). bias: [N] bf16 or None. rows: 1..8. Returns the op index.
+    """
+    rows, N, K = _check("gemv_silu", rows, N, K)
+    return _fused_launch(prog, "gemv_silu_bf16", (out, gate_up, w, _ptr(bias), rows, N, K), rows, N, K, label)

@@ -20,6 +20,7 @@
 
 #include "attention.cuh"
 #include "attention_decode.cuh"
+#include "pdl.cuh"
 
 using bf16 = __nv_bfloat16;
 
@@ -249,6 +250,7 @@ __device__ __forceinline__ void decode_scalar(
 //   bf16; pools [num_blocks, block_size, Hkv, D] bf16; block_table [rows, max_blocks] i32;
 //   seq_len [rows] i32. Block must be 128 threads; D <= 128 needs attn::decode_tc_smem(D) bytes
 //   of dynamic shared memory. Any grid: CTAs stride over (kv head, row, split) = (x, y, z).
+//   Two CTAs per SM (launch bounds): about 217 registers for D = 128 without spills.
 __device__ __forceinline__ unsigned dynamic_smem_bytes() {
     unsigned n;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
@@ -256,13 +258,14 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes() {
 }
 
 #define DECODE_ENTRY(DIM, BODY, SMEM)                                                          \
-    extern "C" __global__ void __launch_bounds__(kDecThreads) paged_attention_decode_d##DIM(   \
+    extern "C" __global__ void __launch_bounds__(kDecThreads, 2) paged_attention_decode_d##DIM(\
         bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *q,            \
         const bf16 *k_pool, const bf16 *v_pool, const int *block_table, const int *seq_len,     \
         unsigned rows, unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv,     \
         unsigned D, unsigned num_splits, float scale) {                                         \
+        FG_PDL_WAIT(); /* PDL: wait for the predecessor grid first */                           \
         if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0 ||               \
-            dynamic_smem_bytes() < (SMEM))                                                      \
+            ((SMEM) > 0 && dynamic_smem_bytes() < (unsigned)(SMEM)))                            \
             return;                                                                             \
         BODY<DIM>(out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, rows, \
                   max_blocks, block_size, Hq, Hkv, num_splits, scale);                          \
@@ -280,6 +283,7 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention_combine(
     const float *o_part,    // [rows, Hq, num_splits, D] f32
     const float *ml_part,   // [rows, Hq, num_splits, 2] f32
     unsigned rows, unsigned Hq, unsigned D, unsigned num_splits) {
+    FG_PDL_WAIT();  /* PDL: wait for the predecessor grid before any global read */
     const size_t pairs = (size_t)rows * Hq;
     const size_t nctas = (size_t)gridDim.x * gridDim.y;
     for (size_t p = blockIdx.x + (size_t)blockIdx.y * gridDim.x; p < pairs; p += nctas) {
@@ -305,6 +309,7 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention_combine(
         bf16 *out, const bf16 *q, const bf16 *k_pool, const bf16 *v_pool,                      \
         const int *block_table, const unsigned *positions, unsigned T, unsigned max_blocks,    \
         unsigned block_size, unsigned Hq, unsigned Hkv, unsigned D, float scale) {             \
+        FG_PDL_WAIT(); /* PDL: wait for the predecessor grid first */                           \
         if (D != DIM || blockDim.x != kPreThreads || Hkv == 0 || Hq % Hkv != 0) return;        \
         prefill_impl<DIM>(out, q, k_pool, v_pool, block_table, positions, T, max_blocks,       \
                           block_size, Hq, Hkv, scale);                                         \

@@ -132,23 +132,22 @@ __device__ __forceinline__ void load_kv_tile(
     const __nv_bfloat16 *__restrict__ v_pool, const int *__restrict__ bt, int kbase, int kend,
     unsigned block_size, size_t tok_stride, unsigned kvh) {
     constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = D + 8;
-    size_t off[N];
-    bool ok[N];
+    unsigned tok[N];  // pool token index of each chunk's key; ~0u: past kend
 #pragma unroll
     for (int it = 0; it < N; ++it) {
-        const int i = threadIdx.x + it * kDecThreads, key = kbase + i / CHUNKS;
-        ok[it] = key < kend;
-        const unsigned blk = ok[it] ? (unsigned)__ldg(bt + (unsigned)key / block_size) : 0u;
-        off[it] = ((size_t)blk * block_size + (unsigned)key % block_size) * tok_stride +
-                  (size_t)kvh * D + (i % CHUNKS) * 8;
+        const int key = kbase + (int)(threadIdx.x + it * kDecThreads) / CHUNKS;
+        tok[it] = key < kend ? (unsigned)__ldg(bt + (unsigned)key / block_size) * block_size +
+                                   (unsigned)key % block_size
+                             : ~0u;
     }
 #pragma unroll
     for (int it = 0; it < N; ++it) {
         const int i = threadIdx.x + it * kDecThreads;
         const int kl = i / CHUNKS, cc = i % CHUNKS;
-        const int bytes = ok[it] ? 16 : 0;
-        cp_async16(smem_addr(s_k + kl * LD + cc * 8), ok[it] ? k_pool + off[it] : k_pool, bytes);
-        cp_async16(smem_addr(s_v + kl * LD + cc * 8), ok[it] ? v_pool + off[it] : v_pool, bytes);
+        const bool ok = tok[it] != ~0u;
+        const size_t off = ok ? (size_t)tok[it] * tok_stride + (size_t)kvh * D + cc * 8 : 0;
+        cp_async16(smem_addr(s_k + kl * LD + cc * 8), k_pool + off, ok ? 16 : 0);
+        cp_async16(smem_addr(s_v + kl * LD + cc * 8), v_pool + off, ok ? 16 : 0);
     }
     cp_async_commit();
 }
@@ -185,7 +184,7 @@ __device__ __forceinline__ void decode_tc(
     unsigned rows, unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv,
     unsigned S, float scale) {
     using namespace attn;
-    constexpr int KS = D / 16, NT = D / 8, LD = D + 8, TK = kDecTileKeys;
+    constexpr int KS = D / 16, NT = D / 8, LD = D + 8, TK = kDecTileKeys;  // k-steps, n-tiles
     constexpr int TILE_BYTES = TK * LD * 2;  // one K (or V) tile
     constexpr int SO = D + 8;                // s_o row stride in floats (conflict-free float2 stores)
     constexpr int C4 = D / 4;
@@ -195,6 +194,7 @@ __device__ __forceinline__ void decode_tc(
     extern __shared__ __align__(16) unsigned char dec_smem[];  // decode_tc_smem(D) bytes
     __nv_bfloat16 *s_kv = reinterpret_cast<__nv_bfloat16 *>(dec_smem);  // [stage][K, V][TK][LD]
     float *s_o = reinterpret_cast<float *>(dec_smem);  // [warp][16][SO] after the key loop (aliases)
+    __shared__ __align__(16) __nv_bfloat16 s_q[kDecMaxHeads * LD];  // [head][dim] of one pass
     __shared__ float s_m[4][kDecMaxHeads], s_l[4][kDecMaxHeads];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -209,6 +209,8 @@ __device__ __forceinline__ void decode_tc(
     const uint32_t k_lane = ((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8) * 2;
     // V (x4, transposed): matrix lane/8 = (key half (lane/8)&1, dim half lane/16), row lane%8.
     const uint32_t v_lane = ((warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8) * 2;
+    // Q (x4, the A operand): matrix lane/8 = (row half (lane/8)&1, dim half lane/16), row lane%8.
+    const uint32_t q_lane = smem_addr(s_q + (lane & 15) * LD + (lane >> 4) * 8);
 
     for (unsigned row = blockIdx.y; row < rows; row += gridDim.y)
     for (unsigned split = blockIdx.z; split < S; split += gridDim.z)
@@ -223,18 +225,12 @@ __device__ __forceinline__ void decode_tc(
         for (unsigned h0 = 0; h0 < G; h0 += kDecMaxHeads) {
             const unsigned nh = min(G - h0, (unsigned)kDecMaxHeads);
             const size_t head0 = (size_t)row * Hq + kvh * G + h0;
-            // Q fragments (A operand, row-major 16 x D) stay in registers for the key loop.
-            const uint32_t *q0 = (unsigned)gid < nh
-                ? reinterpret_cast<const uint32_t *>(q + (head0 + gid) * D) : nullptr;
-            const uint32_t *q1 = (unsigned)gid + 8 < nh
-                ? reinterpret_cast<const uint32_t *>(q + (head0 + gid + 8) * D) : nullptr;
-            uint32_t qa[KS][4];
-#pragma unroll
-            for (int ks = 0; ks < KS; ++ks) {
-                qa[ks][0] = q0 ? q0[ks * 8 + tig] : 0u;
-                qa[ks][1] = q1 ? q1[ks * 8 + tig] : 0u;
-                qa[ks][2] = q0 ? q0[ks * 8 + tig + 4] : 0u;
-                qa[ks][3] = q1 ? q1[ks * 8 + tig + 4] : 0u;
+            // Q rows of this pass -> s_q (rows past nh zero-filled); joins tile 0's cp.async group.
+            for (int i = tid; i < kDecMaxHeads * (D / 8); i += kDecThreads) {
+                const int r = i / (D / 8), cc = i % (D / 8);
+                const bool ok = (unsigned)r < nh;
+                cp_async16(smem_addr(s_q + r * LD + cc * 8), ok ? q + (head0 + r) * D + cc * 8 : q,
+                           ok ? 16 : 0);
             }
             // Both stages start loading before any math (empty groups keep wait_group counting).
 #pragma unroll
@@ -266,10 +262,11 @@ __device__ __forceinline__ void decode_tc(
                     for (int j = 0; j < 2; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
                     for (int ks = 0; ks < KS; ++ks) {
-                        uint32_t b[4];  // keys 0-7 / 8-15 x dim halves of step ks
+                        uint32_t a[4], b[4];  // b: keys 0-7 / 8-15 x dim halves of step ks
+                        ldmatrix_x4(a, q_lane + ks * 32);
                         ldmatrix_x4(b, kaddr + ks * 32);
-                        mma_16816(s[0], qa[ks], b[0], b[1]);
-                        mma_16816(s[1], qa[ks], b[2], b[3]);
+                        mma_16816(s[0], a, b[0], b[1]);
+                        mma_16816(s[1], a, b[2], b[3]);
                     }
                     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll

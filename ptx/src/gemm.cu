@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "gemm.cuh"
+#include "pdl.cuh"
 
 #define GEMM_THREADS 256
 #define GEMM_BK 32
@@ -178,6 +179,7 @@ gemm_bf16(bf16* __restrict__ out,         // [M, N] bf16
           const bf16* __restrict__ W,     // [N, K] bf16 (PyTorch Linear layout)
           const bf16* __restrict__ bias,  // [N] bf16, or NULL
           unsigned int M, unsigned int N, unsigned int K) {
+    FG_PDL_WAIT();  /* PDL: wait for the predecessor grid before any global read */
   gemm_entry<false>(out, x, W, bias, M, N, K);
 }
 
@@ -187,5 +189,6 @@ gemm_bf16_f32out(float* __restrict__ out,       // [M, N] f32
                  const bf16* __restrict__ W,     // [N, K] bf16
                  const bf16* __restrict__ bias,  // [N] bf16, or NULL
                  unsigned int M, unsigned int N, unsigned int K) {
+    FG_PDL_WAIT();  /* PDL: wait for the predecessor grid before any global read */
   gemm_entry<true>(out, x, W, bias, M, N, K);
 }

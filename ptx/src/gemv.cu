@@ -25,12 +25,14 @@
 
 #include "gemm.cuh"
 #include "gemv.cuh"
+#include "pdl.cuh"
 
 #define GEMV_TILE_N 16   // output columns per warp tile: the mma M dimension
 #define GEMV_ROWS 8      // batch rows per pass: the mma N dimension
 #define GEMV_UNROLL 4    // k32 blocks loaded per warp before their mmas
 #define GEMV_TARGET_WARPS 2048u  // ~16 warps per SM on 132 SMs
 #define GEMV_MIN_KBLOCKS 2       // k32 blocks per warp worth a k split (fewer: reduce costs more)
+#define GEMV_MAX_REGS 80           // 3 CTAs of 256 threads (or 1 of 512) per SM, no spills
 #define GEMV_PREFETCH_BYTES 65536u  // L2 prefetch per CTA: 396 resident CTAs ask for <= 25 MB
 #define GEMV_PREFETCH_CHUNK 8192u    // bytes per cp.async.bulk.prefetch (one per thread)
 
@@ -75,12 +77,16 @@ __device__ __forceinline__ void prefetch_w_l2(const bf16* p, size_t bytes) {
   }
 }
 
-// One batch of W: k32 blocks kb, kb+S, .. kb+(GEMV_UNROLL-1)*S, lane (g, t) taking k 8t..8t+7.
-template <bool VEC>
-__device__ __forceinline__ void load_w(uint4 (&a0)[GEMV_UNROLL], uint4 (&a1)[GEMV_UNROLL], const WRows& wr,
+// k32 blocks per batch: GEMV_UNROLL on the 16-byte path; 1 on the scalar path, whose 8 loads
+// per chunk would otherwise need 3x the registers.
+#define GEMV_BATCH(VEC) ((VEC) ? GEMV_UNROLL : 1)
+
+// One batch of W: k32 blocks kb, kb+S, .. kb+(U-1)*S, lane (g, t) taking k 8t..8t+7.
+template <bool VEC, int U = GEMV_BATCH(VEC)>
+__device__ __forceinline__ void load_w(uint4 (&a0)[U], uint4 (&a1)[U], const WRows& wr,
                                        uint32_t K, uint32_t S, uint32_t kb, uint32_t t) {
 #pragma unroll
-  for (int u = 0; u < GEMV_UNROLL; ++u) {
+  for (int u = 0; u < U; ++u) {
     const uint32_t k = (kb + u * S) * 32 + t * 8;  // >= K past the last block: reads 0
     if (VEC) {  // K % 8 == 0: a chunk is either wholly inside the row or wholly past it
       a0[u] = ld_stream_v4(wr.w0 + k, wr.ok0 && k < K);
@@ -120,6 +126,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     prefetch_w_l2(W + (size_t)n_first * K, min((size_t)n_count * K * 2, (size_t)GEMV_PREFETCH_BYTES));
   }
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
+  FG_PDL_WAIT();
   prologue();
 
   for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS) {  // one pass for rows <= 8
@@ -130,11 +137,12 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       const WRows wr = w_rows(W, N, K, n0, g);
       float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
 
-      for (uint32_t kb = ks; kb < kblocks; kb += S * GEMV_UNROLL) {
-        uint4 a0[GEMV_UNROLL], a1[GEMV_UNROLL], b[GEMV_UNROLL];
+      constexpr int U = GEMV_BATCH(VEC);
+      for (uint32_t kb = ks; kb < kblocks; kb += S * U) {
+        uint4 a0[U], a1[U], b[U];
         load_w<VEC>(a0, a1, wr, K, S, kb, t);
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; ++u) {
+        for (int u = 0; u < U; ++u) {
           const uint32_t k = (kb + u * S) * 32 + t * 8;
           if (XS) {  // zero-padded to whole k32 blocks: only blocks past the end are skipped
             b[u] = (x_ok && k < kblocks * 32) ? *reinterpret_cast<const uint4*>(xr + k) : make_uint4(0, 0, 0, 0);
@@ -145,7 +153,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
           }
         }
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; ++u) {
+        for (int u = 0; u < U; ++u) {
           mma_bf16_16816(acc, a0[u].x, a1[u].x, a0[u].y, a1[u].y, b[u].x, b[u].y);
           mma_bf16_16816(acc, a0[u].z, a1[u].z, a0[u].w, a1[u].w, b[u].z, b[u].w);
         }
@@ -219,7 +227,7 @@ __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, 
   gemv_dispatch<F32OUT, true>(out, gemv_xs, W, bias, rows, N, K, sh.red, pro);
 }
 
-extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
           const bf16* __restrict__ x,     // [rows, K] bf16
           const bf16* __restrict__ W,     // [N, K] bf16 (PyTorch Linear layout)
@@ -228,7 +236,7 @@ gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
   gemv_entry<false>(out, x, W, bias, rows, N, K);
 }
 
-extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_bf16_f32out(float* __restrict__ out,       // [rows, N] f32 (logits)
                  const bf16* __restrict__ x,     // [rows, K] bf16
                  const bf16* __restrict__ W,     // [N, K] bf16
@@ -240,7 +248,7 @@ gemv_bf16_f32out(float* __restrict__ out,       // [rows, N] f32 (logits)
 // out = rmsnorm(hidden_in + delta) @ W.T (+ bias); CTA 0 also stores hidden_out = hidden_in + delta.
 // NOTE: hidden_out must not alias hidden_in: every CTA reads hidden_in while CTA 0 writes
 // hidden_out (the model ping-pongs two residual buffers). Dynamic smem: rows*xs_stride(K)*2 B.
-extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_rmsnorm_bf16(bf16* __restrict__ out,             // [rows, N] bf16
                   const float* __restrict__ hidden_in,  // [rows, K] f32 residual stream
                   const bf16* __restrict__ delta,       // [rows, K] bf16 branch output, or NULL
@@ -252,7 +260,7 @@ gemv_rmsnorm_bf16(bf16* __restrict__ out,             // [rows, N] bf16
   gemv_rmsnorm_entry<false>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, eps);
 }
 
-extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_rmsnorm_bf16_f32out(float* __restrict__ out,             // [rows, N] f32 (logits)
                          const float* __restrict__ hidden_in,  // [rows, K] f32
                          const bf16* __restrict__ delta,       // [rows, K] bf16, or NULL
@@ -266,7 +274,7 @@ gemv_rmsnorm_bf16_f32out(float* __restrict__ out,             // [rows, N] f32 (
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].
 // Dynamic smem: rows * xs_stride(K) * 2 bytes.
-extern "C" __global__ void __launch_bounds__(32 * GEMV_MAX_WARPS)
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_silu_bf16(bf16* __restrict__ out,            // [rows, N] bf16
                const bf16* __restrict__ gate_up,  // [rows, 2K] bf16: gate in [:, :K], up in [:, K:]
                const bf16* __restrict__ W,        // [N, K] bf16

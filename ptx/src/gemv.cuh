@@ -13,7 +13,7 @@
 #include "common_ops.cuh"
 
 #define GEMV_MAX_WARPS 16  // blockDim.x <= 512
-#define GEMV_PRO_UNROLL 4  // vectors a thread loads before using any (L2 round trips in flight)
+#define GEMV_PRO_UNROLL 2  // vectors a thread loads before using any (more spill at 80 registers)
 
 // Elements between shared x rows: a multiple of 8 (16-byte chunks stay aligned) that is 32
 // mod 64, so the rows g and g+1 that one 8-lane phase of an ld.shared.v4 reads fall in

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from fixedgraph import bf16
-from fixedgraph.ops.attention import attention_decode, attention_prefill, decode_scratch
+from fixedgraph.ops.attention import (SCRATCH_COUNT, SCRATCH_ML, SCRATCH_O, attention_combine,
+                                      attention_decode, attention_prefill, decode_scratch)
 from fixedgraph.program import Program, Ref
 from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison, rand_bf16
 
@@ -57,12 +58,15 @@ def _softmax_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float
 
 
 def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
-                 max_len: int = 1500) -> KernelCase:
-    lens = [int(x) for x in rng.integers(1, max_len + 1, rows)]
-    lens[0] = block_size * int(rng.integers(1, max_len // block_size + 1))  # a block boundary
+                 max_len: int = 1500, lens: list[int] | None = None) -> KernelCase:
+    """Decode over random or given ``lens``; a len of 0 expects zeros (no keys)."""
+    if lens is None:
+        lens = [int(x) for x in rng.integers(1, max_len + 1, rows)]
+        lens[0] = block_size * int(rng.integers(1, max_len // block_size + 1))  # a block boundary
     pad = rows >= 5  # the last row is a padding row: seq_len 1 on dummy block 0
     max_blocks = -(-max(lens) // block_size) + 1
-    k, v, table = _paged_pools(rng, lens[:-1] if pad else lens, block_size, Hkv, D, max_blocks)
+    live = lens[:-1] if pad else lens
+    k, v, table = _paged_pools(rng, [max(n, 1) for n in live], block_size, Hkv, D, max_blocks)
     if pad:
         lens[-1] = 1
         table = np.vstack([table, np.zeros((1, max_blocks), np.int32)])
@@ -75,9 +79,14 @@ def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, 
         "seq_len": Buffer(np.array(lens, np.int32), "i32"),
         "out": poison((rows, Hq * D), "bf16"),
     }
+    checks = {"out": DECODE_CHECK}
     scratch = {}
-    for region, (shape, dtype) in decode_scratch(rows, Hq, D, S).items():
-        buffers[region] = poison(shape, dtype)  # scratch: every byte the combine reads is written
+    for region, (shape, dtype) in decode_scratch(rows, Hq, D, S, Hkv).items():
+        if region == SCRATCH_COUNT:  # zero at rest, and zero again after the launch
+            buffers[region] = Buffer(np.zeros(shape, np.uint32), dtype)
+            checks[region] = Check()
+        else:  # partials: every byte the merge reads is written by this launch
+            buffers[region] = poison(shape, dtype)
         scratch[region] = Ref(region)
     prog = Program(name)
     attention_decode(prog, Ref("out"), Ref("q"), Ref("k_pool"), Ref("v_pool"), Ref("block_table"),
@@ -89,15 +98,48 @@ def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, 
         out = np.zeros((rows, Hq, D))
         for r in range(rows):
             n = int(x["seq_len"][r])
+            if n == 0:
+                continue
             kk = _gather(x["k_pool"], x["block_table"][r], n, block_size)
             vv = _gather(x["v_pool"], x["block_table"][r], n, block_size)
             for h in range(Hq):
                 kvh = h // (Hq // Hkv)
                 out[r, h] = _softmax_attention(q[r, h], kk[:, kvh], vv[:, kvh], scale)
-        return {"out": out.reshape(rows, Hq * D)}
+        res = {"out": out.reshape(rows, Hq * D)}
+        if SCRATCH_COUNT in checks:
+            res[SCRATCH_COUNT] = np.zeros_like(x[SCRATCH_COUNT])
+        return res
 
-    return KernelCase(name, prog, buffers, {"out": DECODE_CHECK}, reference,
+    return KernelCase(name, prog, buffers, checks, reference,
                       notes=f"seq_len={lens}, num_splits={S}")
+
+
+def _split_decode_case(name: str, rng, rows: int, S: int, Hq: int, Hkv: int, D: int) -> KernelCase:
+    """seq_len from 1 to past S*block_size: one split, a few, exactly S full ones, all S."""
+    bs = 16
+    edge = [1, S * bs + 5, S * bs, int(rng.integers(2, 3 * bs))]
+    lens = edge[:rows] if rows > 1 else [S * bs + 5]
+    return _decode_case(name, rng, rows, bs, Hq, Hkv, D, S, lens=lens)
+
+
+def _combine_case(name: str, rng, rows: int, Hq: int, D: int, S: int) -> KernelCase:
+    o = rng.standard_normal((rows, Hq, S, D)).astype(np.float32)
+    ml = np.stack([rng.normal(0, 3, (rows, Hq, S)), rng.uniform(0.5, 40, (rows, Hq, S))], -1)
+    ml = ml.astype(np.float32)
+    ml[0, 0, S - 1] = (-np.inf, 0.0)  # an empty split
+    buffers = {SCRATCH_O: Buffer(o, "f32"), SCRATCH_ML: Buffer(ml, "f32"),
+               "out": poison((rows, Hq * D), "bf16")}
+    prog = Program(name)
+    attention_combine(prog, Ref("out"), {SCRATCH_O: Ref(SCRATCH_O), SCRATCH_ML: Ref(SCRATCH_ML)},
+                      rows, Hq, D, S)
+
+    def reference(x):
+        m = x[SCRATCH_ML][..., 0].astype(np.float64)
+        w = x[SCRATCH_ML][..., 1] * np.exp(m - m.max(-1, keepdims=True))
+        res = np.einsum("rhs,rhsd->rhd", w, x[SCRATCH_O].astype(np.float64)) / w.sum(-1)[..., None]
+        return {"out": res.reshape(rows, Hq * D)}
+
+    return KernelCase(name, prog, buffers, {"out": DECODE_CHECK}, reference)
 
 
 def _prefill_case(name: str, rng, T: int, start: int, block_size: int, Hq: int, Hkv: int, D: int,
@@ -148,6 +190,22 @@ DECODE_CASES = {
     "attention_decode_r3_bs16_h8kv4_d96_s4": (3, 16, 8, 4, 96, 4),
     "attention_decode_r2_bs32_h16kv1_d256_s2": (2, 32, 16, 1, 256, 2),  # G=16: two head passes
     "attention_decode_r3_bs16_h12kv1_d64_s1": (3, 16, 12, 1, 64, 1),  # G=12: a partial pass
+    "attention_decode_r2_bs16_h40kv2_d64_s5": (2, 16, 40, 2, 64, 5),  # G=20: two MMA head passes
+    "attention_decode_r4_bs16_h16kv8_d96_s3": (4, 16, 16, 8, 96, 3),
+}
+
+# name -> (rows, num_splits, Hq, Hkv, D): seq_len 1 .. past S * block_size (see _split_decode_case)
+SPLIT_DECODE_CASES = {
+    f"attention_decode_split_r{r}_s{s}_h{hq}kv8_d128": (r, s, hq, 8, 128)
+    for r in (1, 4) for s, hq in ((2, 16), (5, 32), (16, 16), (32, 32))
+}
+SPLIT_DECODE_CASES["attention_decode_split_r4_s5_h16kv4_d256"] = (4, 5, 16, 4, 256)
+SPLIT_DECODE_CASES["attention_decode_split_r4_s16_h8kv2_d64"] = (4, 16, 8, 2, 64)
+
+# name -> (rows, Hq, D, num_splits)
+COMBINE_CASES = {
+    "attention_combine_r2_h9_d96_s5": (2, 9, 96, 5),
+    "attention_combine_r1_h16_d128_s32": (1, 16, 128, 32),
 }
 
 # name -> (T, first position, block_size, Hq, Hkv, D, shuffled positions)
@@ -171,4 +229,9 @@ def _register(table: dict, build) -> None:
 
 
 _register(DECODE_CASES, _decode_case)
+_register(SPLIT_DECODE_CASES, _split_decode_case)
+_register(COMBINE_CASES, _combine_case)
+kernel_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4")(  # an empty row gives zeros
+    lambda rng: _decode_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4", rng, 3, 16, 32, 8, 128,
+                             4, lens=[0, 37, 200]))
 _register(PREFILL_CASES, _prefill_case)

@@ -8,9 +8,9 @@ f32 outputs only by fp32 summation order.
 import numpy as np
 
 from fixedgraph import bf16
-from fixedgraph.ops.gemv import gemv
+from fixedgraph.ops.gemv import gemv, gemv_rmsnorm, gemv_silu
 from fixedgraph.program import Program, Ref
-from tests.kernel_cases import Check, KernelCase, kernel_case, poison, rand_bf16
+from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison, rand_bf16
 
 BF16_OUT = Check(atol=1e-2, rtol=1e-2)
 F32_OUT = Check(atol=2e-4, rtol=1e-4)
@@ -79,3 +79,133 @@ def random_case(rng):
     rows, N, K = int(rng.integers(1, 9)), int(rng.integers(1, 700)), int(rng.integers(1, 1500))
     return linear_case("gemv_random_shape", rng, gemv, rows, N, K,
                        bias=bool(rng.integers(2)), out_f32=bool(rng.integers(2)))
+
+
+# ---- fused entries: x built in every CTA from the previous op's output -------------------
+# The reference rounds x at the kernels' rounding points (in float64, then to bf16), so a few
+# elements of x may sit one bf16 step from the kernel's (an fp32 vs float64 rms or exp right at
+# a rounding boundary); each moves an f32 output by ~|w| * 2^-8 * |x|, hence FUSED_F32_OUT.
+FUSED_F32_OUT = Check(atol=2e-3, rtol=1e-3)
+EPS = 1e-6
+
+
+def _rb(x: np.ndarray) -> np.ndarray:
+    """float64 values rounded to bf16 (via float32), back as float64."""
+    return bf16.round_f32(np.asarray(x, dtype=np.float32)).astype(np.float64)
+
+
+def _finish(y: np.ndarray, v, bias: bool, out_f32: bool) -> np.ndarray:
+    if bias:
+        y = y + v["bias"].astype(np.float64)
+    return y if out_f32 else _rb(y)
+
+
+def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int, *, delta: bool,
+                 hidden_out: bool, bias: bool, out_f32: bool) -> KernelCase:
+    hidden = rng.standard_normal((rows, K)) * 2
+    if not delta:
+        hidden[0] *= 1e-3  # mean(h^2) ~ 4e-6: eps = 1e-6 visibly changes row 0
+    buffers = {
+        "hidden_in": Buffer(hidden.astype(np.float32), "f32"),  # [rows, K] f32
+        "norm_w": Buffer(bf16.from_f32(1 + 0.2 * rng.standard_normal(K)), "bf16"),  # [K] bf16
+        "w": rand_bf16(rng, (N, K), scale=K ** -0.5),  # [N, K] bf16
+        "out": poison((rows, N), "f32" if out_f32 else "bf16"),  # [rows, N]
+    }
+    if delta:
+        buffers["delta"] = rand_bf16(rng, (rows, K))  # [rows, K] bf16
+    if hidden_out:
+        buffers["hidden_out"] = poison((rows, K), "f32")  # [rows, K] f32
+    if bias:
+        buffers["bias"] = rand_bf16(rng, N)  # [N] bf16
+    prog = Program(name)
+    gemv_rmsnorm(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
+                 Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
+                 Ref("bias") if bias else None, rows, N, K, EPS, out_f32=out_f32, label=name)
+
+    def reference(v):
+        h = v["hidden_in"].astype(np.float64)
+        if delta:
+            h = h + v["delta"].astype(np.float64)  # exact in float64; the kernel rounds once to f32
+        h = h.astype(np.float32).astype(np.float64)
+        inv_rms = 1.0 / np.sqrt(np.mean(h * h, axis=1, keepdims=True) + EPS)
+        x = _rb(v["norm_w"].astype(np.float64) * _rb(h * inv_rms))
+        want = {"out": _finish(x @ v["w"].astype(np.float64).T, v, bias, out_f32)}
+        if hidden_out:
+            want["hidden_out"] = h
+        return want
+
+    checks = {"out": FUSED_F32_OUT if out_f32 else BF16_OUT}
+    if hidden_out:
+        checks["hidden_out"] = Check()  # exactly hidden_in + delta in fp32
+    notes = f"rows={rows} N={N} K={K} delta={delta} hidden_out={hidden_out} bias={bias} f32out={out_f32}"
+    return KernelCase(name, prog, buffers, checks, reference=reference, notes=notes)
+
+
+def silu_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int, *, bias: bool) -> KernelCase:
+    buffers = {
+        "gate_up": rand_bf16(rng, (rows, 2 * K), scale=2.0),  # [rows, 2K] bf16: gate | up
+        "w": rand_bf16(rng, (N, K), scale=K ** -0.5),  # [N, K] bf16
+        "out": poison((rows, N), "bf16"),  # [rows, N] bf16
+    }
+    if bias:
+        buffers["bias"] = rand_bf16(rng, N)
+    prog = Program(name)
+    gemv_silu(prog, Ref("out"), Ref("gate_up"), Ref("w"), Ref("bias") if bias else None, rows, N, K, label=name)
+
+    def reference(v):
+        gu = v["gate_up"].astype(np.float64)
+        gate, up = gu[:, :K], gu[:, K:]
+        x = _rb(_rb(gate / (1.0 + np.exp(-gate))) * up)
+        return {"out": _finish(x @ v["w"].astype(np.float64).T, v, bias, False)}
+
+    return KernelCase(name, prog, buffers, {"out": BF16_OUT}, reference=reference,
+                      notes=f"rows={rows} N={N} K={K} bias={bias}")
+
+
+# (N, K) before which an add_rmsnorm ran: 0.6B qkv / gate_up, 8B qkv with N cut to 384 (K real),
+# a small lm_head-like f32 case, and K tails (1000: K % 32 != 0; 1003: odd, the scalar paths).
+RMSNORM_SHAPES = [(4096, 1024), (6144, 1024), (384, 4096), (1000, 1024), (200, 1000), (72, 1003)]
+# (N, K) of down_proj: 0.6B (1024, 3072), 8B with N cut to 256 (K = 12288 real), K tails.
+SILU_SHAPES = [(1024, 3072), (256, 12288), (200, 1000), (40, 1003)]
+FUSED_ROWS = [1, 3, 8]
+
+
+def _register_rmsnorm(rows: int, N: int, K: int, i: int) -> None:
+    delta, hidden_out, bias, out_f32 = bool(i & 1), bool(i & 2), bool(i & 4), N == 1000 or bool(i & 8)
+    name = (f"gemv_rmsnorm_r{rows}_{N}x{K}" + ("_delta" if delta else "") + ("_hout" if hidden_out else "")
+            + ("_bias" if bias else "") + ("_f32out" if out_f32 else ""))
+
+    @kernel_case(name)
+    def factory(rng):
+        return rmsnorm_case(name, rng, rows, N, K, delta=delta, hidden_out=hidden_out, bias=bias, out_f32=out_f32)
+
+
+def _register_silu(rows: int, N: int, K: int, bias: bool) -> None:
+    name = f"gemv_silu_r{rows}_{N}x{K}" + ("_bias" if bias else "")
+
+    @kernel_case(name)
+    def factory(rng):
+        return silu_case(name, rng, rows, N, K, bias=bias)
+
+
+for _s, (_n, _k) in enumerate(RMSNORM_SHAPES):
+    for _i, _r in enumerate(FUSED_ROWS):
+        _register_rmsnorm(_r, _n, _k, 3 * _s + _i)  # every delta/hidden_out/bias combination appears
+for _s, (_n, _k) in enumerate(SILU_SHAPES):
+    for _i, _r in enumerate(FUSED_ROWS):
+        _register_silu(_r, _n, _k, bool((_s + _i) & 1))
+
+
+@kernel_case("gemv_rmsnorm_random_shape")
+def rmsnorm_random_case(rng):
+    """A fresh shape and option set each run."""
+    rows, N, K = int(rng.integers(1, 9)), int(rng.integers(1, 700)), int(rng.integers(1, 1500))
+    f = [bool(b) for b in rng.integers(0, 2, 4)]
+    return rmsnorm_case("gemv_rmsnorm_random_shape", rng, rows, N, K, delta=f[0], hidden_out=f[1], bias=f[2],
+                        out_f32=f[3])
+
+
+@kernel_case("gemv_silu_random_shape")
+def silu_random_case(rng):
+    rows, N, K = int(rng.integers(1, 9)), int(rng.integers(1, 700)), int(rng.integers(1, 1500))
+    return silu_case("gemv_silu_random_shape", rng, rows, N, K, bias=bool(rng.integers(2)))

@@ -2,7 +2,8 @@
 
 tests/reference/test_kernel_cases.py checks every attention case against its float64 formula;
 here: the cases can catch over-reads (negative control), split-K does not change the answer,
-prefill agrees with decode on the same token, and the launchers emit and refuse what they should.
+graph replay finds the arrival counters back at 0, prefill agrees with decode on the same token,
+and the launchers emit and refuse what they should.
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 
 from fixedgraph.backends.reference import ReferenceDevice
 from fixedgraph.ops import attention as ops
-from fixedgraph.program import Program, Ref
+from fixedgraph import bf16
+from fixedgraph.program import Null, Program, Ref
+from fixedgraph.layout import dtype_of
 from tests.kernel_cases import Buffer, KernelCase, compare, inputs_of, load_all, run_case
 
 CASES = {n: f for n, f in load_all().items() if n.startswith("attention_")}
@@ -28,17 +31,18 @@ def _with(case: KernelCase, **buffers: np.ndarray) -> KernelCase:
 def _rebuild_decode(case: KernelCase, num_splits: int) -> KernelCase:
     """The decode case's buffers under a program with another num_splits."""
     launch = case.program.launches[0]
-    rows, max_blocks, block_size, Hq, Hkv, D, _, scale = launch.args[8:]
+    rows, max_blocks, block_size, Hq, Hkv, D, _, scale = launch.args[9:]
     bufs = {n: b for n, b in case.buffers.items() if not n.startswith("attn_split")}
     scratch = {}
-    for region, (shape, dtype) in ops.decode_scratch(rows, Hq, D, num_splits).items():
-        bufs[region] = Buffer(np.full(shape, np.nan, np.float32), dtype)
+    for region, (shape, dtype) in ops.decode_scratch(rows, Hq, D, num_splits, Hkv).items():
+        fill = 0 if region == ops.SCRATCH_COUNT else np.nan
+        bufs[region] = Buffer(np.full(shape, fill, dtype_of(dtype)), dtype)
         scratch[region] = Ref(region)
     prog = Program(f"{case.name}_s{num_splits}")
     ops.attention_decode(prog, Ref("out"), Ref("q"), Ref("k_pool"), Ref("v_pool"),
                          Ref("block_table"), Ref("seq_len"), scratch or None, rows, max_blocks,
                          block_size, Hq, Hkv, D, scale, num_splits)
-    return KernelCase(case.name, prog, bufs, case.outputs, case.reference)
+    return KernelCase(case.name, prog, bufs, {"out": case.outputs["out"]}, case.reference)
 
 
 def test_every_entry_has_cases():
@@ -46,6 +50,9 @@ def test_every_entry_has_cases():
     want = {f"paged_attention_decode_d{d}" for d in ops.DECODE_HEAD_DIMS}
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
     assert want | {"paged_attention_combine"} == entries
+    decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
+    assert {l.entry for c in decode_cases for l in c.program.launches} == {
+        f"paged_attention_decode_d{d}" for d in ops.DECODE_HEAD_DIMS}  # one launch, no combine
 
 
 @pytest.mark.parametrize("name", ["attention_decode_r5_bs16_h9kv3_d128_s7",
@@ -88,8 +95,9 @@ def test_prefill_last_token_matches_decode(rng):
         "out": Buffer(np.full((1, Hq * D), 0x7FC1, np.uint16), "bf16"),
     }
     scratch = {}
-    for region, (shape, dtype) in ops.decode_scratch(1, Hq, D, 3).items():
-        bufs[region] = Buffer(np.full(shape, np.nan, np.float32), dtype)
+    for region, (shape, dtype) in ops.decode_scratch(1, Hq, D, 3, Hkv).items():
+        fill = 0 if region == ops.SCRATCH_COUNT else np.nan
+        bufs[region] = Buffer(np.full(shape, fill, dtype_of(dtype)), dtype)
         scratch[region] = Ref(region)
     prog = Program("decode_of_last_token")
     ops.attention_decode(prog, Ref("out"), Ref("q"), Ref("k_pool"), Ref("v_pool"),
@@ -103,18 +111,86 @@ def test_prefill_last_token_matches_decode(rng):
 
 def test_decode_launches():
     prog = Program("p")
-    scratch = {n: Ref(n) for n in ops.decode_scratch(8, 32, 128, 4)}
+    scratch = {n: Ref(n) for n in ops.decode_scratch(8, 32, 128, 4, 8)}
     ops.attention_decode(prog, Ref("o"), Ref("q"), Ref("k"), Ref("v"), Ref("bt"), Ref("sl"), scratch,
                          8, 64, 16, 32, 8, 128, 0.088, 4)
-    dec, comb = prog.launches
+    (dec,) = prog.launches  # the split merge happens inside the decode launch
     assert (dec.entry, dec.grid, dec.block) == ("paged_attention_decode_d128", (8, 8, 4), (128, 1, 1))
-    assert (comb.entry, comb.grid) == ("paged_attention_combine", (8 * 32, 1, 1))
+    assert dec.shared == ops.decode_shared_bytes(128) == 2 * 2 * 64 * 136 * 2
+    assert dec.args[3] == Ref(ops.SCRATCH_COUNT)
     prog1 = Program("p1")
     ops.attention_decode(prog1, Ref("o"), Ref("q"), Ref("k"), Ref("v"), Ref("bt"), Ref("sl"), None,
                          8, 64, 16, 32, 8, 128, 0.088, 1)
     assert [l.entry for l in prog1.launches] == ["paged_attention_decode_d128"]
+    assert all(isinstance(a, Null) for a in prog1.launches[0].args[1:4])
     assert ops.decode_scratch(8, 32, 128, 1) == {}
-    assert ops.decode_scratch(8, 32, 128, 4)[ops.SCRATCH_O] == ((8, 32, 4, 128), "f32")
+    need = ops.decode_scratch(8, 32, 128, 4, 8)
+    assert need[ops.SCRATCH_O] == ((8, 32, 4, 128), "f32")
+    assert need[ops.SCRATCH_COUNT] == ((8, 8), "u32") and ops.SCRATCH_COUNT in ops.ZERO_AT_BOOT
+    assert ops.decode_scratch(8, 32, 128, 4)[ops.SCRATCH_COUNT] == ((8, 32), "u32")  # Hkv unknown
+    assert ops.decode_shared_bytes(256) == 0
+
+
+def _decode_on_one_arena(case: KernelCase):
+    """The case's buffers on a reference arena and its bound program (to run it repeatedly)."""
+    from fixedgraph.layout import ArenaPlan
+
+    dev = ReferenceDevice()
+    plan = ArenaPlan()
+    for name, buf in case.buffers.items():
+        plan.add(name, buf.data.shape, buf.dtype)
+    arena = dev.arena(plan)
+    for name, buf in case.buffers.items():
+        arena.write(name, buf.data.astype(dtype_of(buf.dtype), copy=False))
+    return dev, arena, dev.bind(case.program, arena)
+
+
+@pytest.mark.parametrize("name", ["attention_decode_split_r4_s32_h32kv8_d128",
+                                  "attention_decode_split_r4_s5_h16kv4_d256"])
+def test_decode_replay_leaves_counters_at_zero(name, rng):
+    # A graph replays the same launch on the same scratch: the counters must be 0 after each run
+    # and the second run (new q, new lengths) must be right again.
+    case = CASES[name](rng)
+    dev, arena, bound = _decode_on_one_arena(case)
+    for step in range(2):
+        dev.run(bound, checked=True)
+        got = {n: arena.read(n) for n in ("out", ops.SCRATCH_COUNT)}
+        want = case.reference(inputs_of(case))
+        assert compare("out", bf16.to_f32(got["out"]), want["out"], case.outputs["out"]) is None
+        assert not got[ops.SCRATCH_COUNT].any(), f"step {step}: counters not back at 0"
+        q = bf16.from_f32(rng.standard_normal(case.buffers["q"].data.shape).astype(np.float32))
+        seq_len = np.maximum(case.buffers["seq_len"].data - 3 * step - 1, 1).astype(np.int32)
+        case = _with(case, q=q, seq_len=seq_len)
+        arena.write("q", q)
+        arena.write("seq_len", seq_len)
+
+
+def test_decode_refuses_dirty_counters(rng):
+    case = CASES["attention_decode_split_r1_s16_h16kv8_d128"](rng)
+    dev, arena, bound = _decode_on_one_arena(case)
+    arena.write(ops.SCRATCH_COUNT, np.full(case.buffers[ops.SCRATCH_COUNT].data.shape, 3, np.uint32))
+    with pytest.raises(Exception, match="must be zeroed once at boot"):
+        dev.run(bound, checked=True)
+
+
+def test_decode_partials_feed_the_legacy_combine(rng):
+    # Rows 1 and 2 (512 keys, S=32, block 16) use all 32 splits: the partials the decode leaves
+    # in scratch, merged by paged_attention_combine, give the same out.
+    case = CASES["attention_decode_split_r4_s32_h32kv8_d128"](rng)
+    seq_len = case.buffers["seq_len"].data.copy()
+    assert seq_len[1] >= 512 and seq_len[2] == 512
+    seq_len[1] = 512
+    case = _with(case, seq_len=seq_len)
+    dev, arena, bound = _decode_on_one_arena(case)
+    dev.run(bound, checked=True)
+    fused = bf16.to_f32(arena.read("out"))
+    prog = Program("combine")
+    ops.attention_combine(prog, Ref("out"), {n: Ref(n) for n in (ops.SCRATCH_O, ops.SCRATCH_ML)},
+                          4, 32, 128, 32)
+    arena.write("out", np.full(fused.shape, 0x7FC1, np.uint16))
+    dev.run(dev.bind(prog, arena), checked=True)
+    combined = bf16.to_f32(arena.read("out"))
+    assert np.allclose(combined[1:3], fused[1:3], atol=1e-3, rtol=8e-3)
 
 
 def test_prefill_launch_grid():
@@ -141,5 +217,8 @@ def test_choose_num_splits():
     assert ops.choose_num_splits(100, 1, 8) == 1  # too short to split
     assert ops.choose_num_splits(32768, 256, 8) == 1  # the batch already fills the GPU
     long_one = ops.choose_num_splits(32768, 1, 8)
-    assert 8 <= long_one <= ops.MAX_SPLITS and 1 * 8 * long_one >= 132
+    assert long_one == ops.MAX_SPLITS and 1 * 8 * long_one >= 132
+    for rows in (1, 2, 4, 8, 16):  # never more CTAs than two per SM
+        assert rows * 8 * ops.choose_num_splits(32768, rows, 8) <= 2 * 132
     assert ops.choose_num_splits(4096, 4, 2) <= 4096 // ops.MIN_KEYS_PER_SPLIT
+    assert ops.choose_num_splits(200, 1, 8) == 200 // ops.MIN_KEYS_PER_SPLIT

@@ -9,7 +9,9 @@ from fixedgraph.backends.reference.memory import RefMemory
 from fixedgraph.backends.reference.twins import gemm as gemm_twins
 from fixedgraph.backends.reference.twins import gemv as gemv_twins
 from fixedgraph.ops.gemm import gemm, gemm_grid, gemm_tile
-from fixedgraph.ops.gemv import gemv, gemv_grid, gemv_split
+from fixedgraph.backends.reference.twins import embed_norm as norm_twins
+from fixedgraph.ops.gemv import (fused_grid, fused_shared, gemv, gemv_grid, gemv_rmsnorm, gemv_silu, gemv_split,
+                                 gemv_warps, xs_stride)
 from fixedgraph.ops.linear import linear
 from fixedgraph.program import Null, Program, Ref
 
@@ -148,24 +150,93 @@ def test_gemm_swizzled_ldmatrix_fragments(BM, BN, rng):
         np.testing.assert_allclose(acc, want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("N,K", [(576, 576), (3, 1003), (49152, 576), (4096, 4096), (100, 72), (17, 31)])
+@pytest.mark.parametrize("N,K", [(576, 576), (3, 1003), (49152, 576), (4096, 4096), (100, 72), (17, 31),
+                                 (1024, 2048), (1024, 3072)])
 @pytest.mark.parametrize("grid_cut", [None, 3])
 def test_gemv_work_split_covers_every_tile_and_k_block_once(N, K, grid_cut):
-    """gemv.cu's loops (grid-stride groups, warp slot/k-slice, unrolled k32 blocks)."""
-    S, tiles, kblocks = gemv_split(N, K), -(-N // 16), -(-K // 32)
-    per_block = 8 // S
+    """gemv.cu's loops (grid-stride groups, warp slot/k-slice, unrolled k32 blocks), for the
+    block size the launcher picks (8 or 16 warps) and both batch sizes (16-byte / scalar path)."""
+    warps = gemv_warps(N, K)
+    S, tiles, kblocks = gemv_split(N, K, warps), -(-N // 16), -(-K // 32)
+    per_block = warps // S
     groups = -(-tiles // per_block)
     grid = grid_cut or gemv_grid(N, K)
-    seen = np.zeros((tiles, kblocks), dtype=int)
-    for bx in range(grid):
-        for grp in range(bx, groups, grid):
-            for warp in range(8):
-                tile, ks = grp * per_block + warp // S, warp % S
-                for kb in range(ks, kblocks, S * 4):
-                    for u in range(4):
-                        if tile < tiles and kb + u * S < kblocks:
-                            seen[tile, kb + u * S] += 1
-    assert (seen == 1).all()
+    for unroll in (4, 1):
+        seen = np.zeros((tiles, kblocks), dtype=int)
+        for bx in range(grid):
+            for grp in range(bx, groups, grid):
+                for warp in range(warps):
+                    tile, ks = grp * per_block + warp // S, warp % S
+                    for kb in range(ks, kblocks, S * unroll):
+                        for u in range(unroll):
+                            if tile < tiles and kb + u * S < kblocks:
+                                seen[tile, kb + u * S] += 1
+        assert (seen == 1).all()
+
+
+def test_block_size_choice():
+    """Small-N long-K layers (0.6B o_proj, down) take 16 warps; the rest 8."""
+    assert gemv_warps(1024, 2048) == 16 and gemv_warps(1024, 3072) == 16
+    assert gemv_warps(4096, 1024) == 8 and gemv_warps(4096, 4096) == 8 and gemv_warps(100, 72) == 8
+
+
+def test_shared_x_rows_are_bank_conflict_free():
+    """One 8-lane phase of the x ld.shared.v4 reads rows g, g+1 at k 8t (t = 0..3): the two
+    64-byte runs must fall in different halves of the 32 4-byte banks, for every K."""
+    for K in (7, 72, 1000, 1003, 1024, 3072, 12288):
+        stride = xs_stride(K)
+        assert stride % 8 == 0 and stride >= -(-K // 32) * 32
+        for g in range(0, 8, 2):
+            banks = {((g + d) * stride * 2 + 16 * t) // 4 % 32 + i for d in (0, 1) for t in range(4) for i in range(4)}
+            assert len(banks) == 32
+
+
+@pytest.mark.parametrize("rows,N,K", [(1, 4096, 1024), (8, 151936, 4096), (8, 4096, 12288), (3, 100, 1003)])
+def test_fused_grid_and_shared(rows, N, K):
+    grid = fused_grid(N, K, rows)
+    groups = -(-(-(-N // 16)) // (gemv_warps(N, K) // gemv_split(N, K, gemv_warps(N, K))))
+    rounds = -(-groups // grid)
+    assert 1 <= grid <= groups and -(-groups // rounds) == grid  # balanced: equal rounds per CTA
+    assert grid <= 132 * 3
+    assert fused_shared(rows, K) == rows * xs_stride(K) * 2
+
+
+def test_fused_launchers():
+    p = Program("t")
+    gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 2, 4096, 1024, 1e-6)
+    gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), Ref("b"), 1, 151936, 1024, 1e-5,
+                 out_f32=True, label="lm")
+    gemv_silu(p, Ref("o"), Ref("gu"), Ref("w"), None, 8, 1024, 3072)
+    a, b, c = p.launches
+    assert (a.entry, a.args[2:4], a.args[6:], a.shared) == (
+        "gemv_rmsnorm_bf16", (Ref("d"), Ref("h1")), (Null(), 2, 4096, 1024, 1e-6), 2 * 2 * xs_stride(1024))
+    assert (b.entry, b.label, b.args[2:4], b.grid) == ("gemv_rmsnorm_bf16_f32out", "lm", (Null(), Null()),
+                                                      (fused_grid(151936, 1024, 1), 1, 1))
+    assert (c.entry, c.block, c.args[3:]) == ("gemv_silu_bf16", (512, 1, 1), (Null(), 8, 1024, 3072))
+    with pytest.raises(ValueError, match="alias"):
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, Ref("h0"), Ref("nw"), Ref("w"), None, 1, 64, 64, 1e-6)
+    with pytest.raises(ValueError, match="rows"):
+        gemv_silu(p, Ref("o"), Ref("gu"), Ref("w"), None, 9, 64, 64)
+    with pytest.raises(ValueError, match="shared memory"):
+        gemv_silu(p, Ref("o"), Ref("gu"), Ref("w"), None, 8, 64, 16000)
+
+
+@pytest.mark.parametrize("with_delta", [False, True])
+def test_fused_rmsnorm_twin_equals_add_rmsnorm_then_gemv(with_delta, rng):
+    """The fused twin is bit-identical to the two ops it replaces (add_rmsnorm, then gemv)."""
+    rows, N, K = 3, 40, 1000
+    h = rng.standard_normal((rows, K)).astype(np.float32)
+    d, nw = bf16.from_f32(rng.standard_normal((rows, K))), bf16.from_f32(1 + rng.standard_normal(K) / 5)
+    w = bf16.from_f32(rng.standard_normal((N, K)) / np.sqrt(K))
+    mem = RefMemory()
+    a_h, a_d, a_nw, a_w = (_put(mem, v) for v in (h, d, nw, w))
+    fused_out, h_out, x, two_out = (mem.alloc(rows * max(N, K) * 4) for _ in range(4))
+    gemv_twins.gemv_rmsnorm_bf16(mem, (1, 1, 1), (256, 1, 1), fused_out, a_h, a_d if with_delta else 0, h_out,
+                                 a_nw, a_w, 0, rows, N, K, 1e-6)
+    norm_twins.add_rmsnorm(mem, (rows, 1, 1), (256, 1, 1), a_h, a_d if with_delta else 0, a_nw, x, K, 1e-6)
+    gemv_twins.gemv_bf16(mem, (1, 1, 1), (256, 1, 1), two_out, x, a_w, 0, rows, N, K)
+    assert np.array_equal(mem.view(fused_out, np.uint16, rows * N), mem.view(two_out, np.uint16, rows * N))
+    assert np.array_equal(mem.view(h_out, np.float32, rows * K), mem.view(a_h, np.float32, rows * K))
 
 
 @pytest.mark.parametrize("M,N", [(9, 576), (512, 2048), (1100, 4100), (4096, 4096), (8192, 576)])

@@ -1,7 +1,9 @@
-"""Numpy twins of ptx/src/attention.cu: paged decode (split-K) + combine, and causal prefill.
+"""Numpy twins of ptx/src/attention.cu: paged decode (split-K, merged in the same launch),
+the legacy split combine, and causal prefill.
 
 KV pools are bf16 [num_blocks, block_size, Hkv, D]; token t of a sequence lives in block
-``block_table[t // block_size]`` at offset ``t % block_size``. Math is float32 like the kernels;
+``block_table[t // block_size]`` at offset ``t % block_size``. Math is float32 like the kernels
+(decode's tensor-core P.V carries P as bf16 hi + lo, close enough to fp32 to count as unrounded);
 the prefill twin rounds P to bf16 before P.V (the kernel's tensor-core MMA does) while l sums
 unrounded P. Only the blocks a sequence's valid keys use are gathered, so unwritten pool slots
 (which may hold NaN) never reach the result, as on the GPU.
@@ -41,37 +43,53 @@ def _split_softmax(s: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return o, m, l
 
 
+def _split_keys(n: int, S: int, block_size: int) -> tuple[int, int]:
+    """(keys per split, splits holding keys) of a row of n keys: the kernels' split layout."""
+    if n <= 0:
+        return 0, 0
+    kps = -(-(-(-n // S)) // block_size) * block_size  # ceil(n / S) rounded up to whole blocks
+    return kps, -(-n // kps)
+
+
 def _decode(D_entry: int):
-    def run(mem, grid, block, out, o_part, ml_part, q, k_pool, v_pool, block_table, seq_len,
-            rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale):
+    def run(mem, grid, block, out, o_part, ml_part, counters, q, k_pool, v_pool, block_table,
+            seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale):
         if D != D_entry or Hkv < 1 or Hq % Hkv:
             raise ValueError(f"paged_attention_decode_d{D_entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
         G, S = Hq // Hkv, num_splits
         bt = mem.view(block_table, np.int32, rows * max_blocks).reshape(rows, max_blocks)
         lens = np.clip(mem.view(seq_len, np.int32, rows).astype(np.int64), 0, max_blocks * block_size)
         qf = bf16.to_f32(mem.view(q, np.uint16, rows * Hq * D)).reshape(rows, Hkv, G, D)
-        o_all = np.zeros((rows, Hkv, G, S, D), np.float32)  # [rows, Hq, S, D] once reshaped
-        m_all = np.full((rows, Hkv, G, S), -np.inf, np.float32)
-        l_all = np.zeros((rows, Hkv, G, S), np.float32)
+        res = np.zeros((rows, Hkv, G, D), np.float32)
+        if S > 1:
+            ctr = mem.view(counters, np.uint32, rows * Hkv).reshape(rows, Hkv)
+            o_view = mem.view(o_part, np.float32, rows * Hq * S * D).reshape(rows, Hkv, G, S, D)
+            ml_view = mem.view(ml_part, np.float32, rows * Hq * S * 2).reshape(rows, Hkv, G, S, 2)
         for r in range(rows):
             n = int(lens[r])
-            if n == 0:
+            kps, used = _split_keys(n, S, block_size)
+            if used == 0:
                 continue
+            if used > 1 and ctr[r].any():
+                raise ValueError(
+                    f"paged_attention_decode_d{D_entry}: arrival counters of row {r} are "
+                    f"{ctr[r].tolist()}, not 0: the counter scratch region must be zeroed once at "
+                    f"boot (the kernel leaves it at 0 after every launch)")
             kf, vf = _gather_kv(mem, k_pool, v_pool, bt[r], n, block_size, Hkv, D)
             s = np.matmul(qf[r], kf.transpose(0, 2, 1)) * np.float32(scale)  # [Hkv, G, n]
-            per = -(-n // S)  # ceil(n / S) keys per split, rounded up to whole blocks
-            kps = -(-per // block_size) * block_size
-            for sp in range(S):
-                a, b = sp * kps, min(sp * kps + kps, n)
-                if a < b:
-                    o_all[r, :, :, sp], m_all[r, :, :, sp], l_all[r, :, :, sp] = _split_softmax(
-                        s[..., a:b], vf[:, a:b])
-        if S == 1:
-            mem.view(out, np.uint16, rows * Hq * D)[:] = bf16.from_f32(o_all.reshape(-1))
-        else:
-            mem.view(o_part, np.float32, rows * Hq * S * D)[:] = o_all.reshape(-1)
-            ml = np.stack([m_all, l_all], axis=-1)  # [rows, Hkv, G, S, 2]
-            mem.view(ml_part, np.float32, rows * Hq * S * 2)[:] = ml.reshape(-1)
+            parts = [_split_softmax(s[..., a : a + kps], vf[:, a : a + kps]) for a in range(0, n, kps)]
+            o = np.stack([p[0] for p in parts], axis=2)  # [Hkv, G, used, D]
+            m = np.stack([p[1] for p in parts], axis=2)  # [Hkv, G, used]
+            l = np.stack([p[2] for p in parts], axis=2)
+            if used == 1:
+                res[r] = o[:, :, 0]
+                continue
+            # What the splits leave in scratch (m in natural-log units), then the last arrival's merge.
+            o_view[r, :, :, :used] = o
+            ml_view[r, :, :, :used] = np.stack([m, l], axis=-1)
+            w = l * np.exp(m - m.max(axis=-1, keepdims=True))
+            res[r] = np.einsum("kgs,kgsd->kgd", w, o) / w.sum(axis=-1)[..., None]
+        mem.view(out, np.uint16, rows * Hq * D)[:] = bf16.from_f32(res.reshape(-1))
 
     run.__name__ = f"paged_attention_decode_d{D_entry}"
     return run

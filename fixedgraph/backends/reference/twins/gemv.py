@@ -1,4 +1,5 @@
-"""Numpy twins of ptx/src/gemv.cu: decode GEMV, out = x @ W.T (+ bias), fp32 accumulate.
+"""Numpy twins of ptx/src/gemv.cu: decode GEMV, out = x @ W.T (+ bias), fp32 accumulate, and
+the fused entries whose x is built from the previous op's output (RMSNorm, silu * up).
 
 ``linear_f32`` is the shared core of the GEMV and GEMM twins (both compute the same
 formula; only the kernels' tiling differs).
@@ -9,8 +10,9 @@ import numpy as np
 
 from fixedgraph import bf16
 from fixedgraph.backends.reference.twins import twin
+from fixedgraph.backends.reference.twins.embed_norm import rms_norm_bf16
 
-GEMV_THREADS = 256  # the kernel's fixed block size (its warp/k-split layout assumes it)
+GEMV_BLOCKS = ((256, 1, 1), (512, 1, 1))  # the block sizes the kernels' warp layout takes
 
 
 def linear_f32(mem, x: int, w: int, bias: int, rows: int, N: int, K: int) -> np.ndarray:
@@ -20,6 +22,11 @@ def linear_f32(mem, x: int, w: int, bias: int, rows: int, N: int, K: int) -> np.
     from the GPU's; the kernel cases' tolerances allow for that).
     """
     xs = bf16.to_f32(mem.view(x, np.uint16, rows * K)).reshape(rows, K)
+    return matmul_f32(mem, xs, w, bias, N, K)
+
+
+def matmul_f32(mem, xs: np.ndarray, w: int, bias: int, N: int, K: int) -> np.ndarray:
+    """xs [rows, K] float32 (bf16 values) @ W [N, K] bf16 .T (+ bias [N] bf16) -> float32."""
     ws = bf16.to_f32(mem.view(w, np.uint16, N * K)).reshape(N, K)
     y = xs @ ws.T
     if bias:
@@ -36,8 +43,9 @@ def store(mem, out: int, y: np.ndarray, out_f32: bool) -> None:
 
 
 def _check_block(entry: str, block) -> None:
-    if tuple(block) != (GEMV_THREADS, 1, 1):
-        raise ValueError(f"{entry} needs block ({GEMV_THREADS}, 1, 1), got {tuple(block)}; launch it via fixedgraph.ops.gemv")
+    if tuple(block) not in GEMV_BLOCKS:
+        raise ValueError(f"{entry} needs block (256, 1, 1) or (512, 1, 1), got {tuple(block)}; "
+                         "launch it via fixedgraph.ops.gemv")
 
 
 @twin("gemv_bf16")
@@ -52,3 +60,44 @@ def gemv_bf16_f32out(mem, grid, block, out, x, w, bias, rows, N, K):
     # out [rows, N] f32; x [rows, K] bf16; w [N, K] bf16; bias [N] bf16 or 0
     _check_block("gemv_bf16_f32out", block)
     store(mem, out, linear_f32(mem, x, w, bias, rows, N, K), out_f32=True)
+
+
+def _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, out_f32):
+    h = mem.view(hidden_in, np.float32, rows * K).reshape(rows, K).copy()  # [rows, K] f32
+    if delta:
+        h += bf16.to_f32(mem.view(delta, np.uint16, rows * K).reshape(rows, K))  # fp32 add
+    if hidden_out:
+        mem.view(hidden_out, np.float32, rows * K)[:] = h.ravel()
+    x = rms_norm_bf16(h, bf16.to_f32(mem.view(norm_w, np.uint16, K)), eps)  # add_rmsnorm's rounding
+    store(mem, out, matmul_f32(mem, x, w, bias, N, K), out_f32)
+
+
+@twin("gemv_rmsnorm_bf16")
+def gemv_rmsnorm_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps):
+    # out [rows, N] bf16; hidden_in [rows, K] f32; delta [rows, K] bf16 or 0; hidden_out [rows, K]
+    # f32 or 0 (= hidden_in + delta); norm_w [K] bf16; w [N, K] bf16; bias [N] bf16 or 0
+    _check_block("gemv_rmsnorm_bf16", block)
+    _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, False)
+
+
+@twin("gemv_rmsnorm_bf16_f32out")
+def gemv_rmsnorm_bf16_f32out(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
+                             eps):
+    # as gemv_rmsnorm_bf16 with out [rows, N] f32
+    _check_block("gemv_rmsnorm_bf16_f32out", block)
+    _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, True)
+
+
+def silu_mul_f32(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """bf16(bf16(silu(gate)) * up) as float32 values: act.cu's silu_mul rounding."""
+    with np.errstate(over="ignore"):  # exp(-gate) overflows to inf for gate < -88: silu -> -0
+        act = bf16.round_f32(gate / (np.float32(1.0) + np.exp(-gate)))
+    return bf16.round_f32(act * up)
+
+
+@twin("gemv_silu_bf16")
+def gemv_silu_bf16(mem, grid, block, out, gate_up, w, bias, rows, N, K):
+    # out [rows, N] bf16; gate_up [rows, 2K] bf16 (gate | up); w [N, K] bf16; bias [N] bf16 or 0
+    _check_block("gemv_silu_bf16", block)
+    gu = bf16.to_f32(mem.view(gate_up, np.uint16, rows * 2 * K).reshape(rows, 2 * K))
+    store(mem, out, matmul_f32(mem, silu_mul_f32(gu[:, :K], gu[:, K:]), w, bias, N, K), False)
