@@ -41,6 +41,14 @@ def node_cost(b: BoundLaunch, context: int) -> tuple[int, int]:
     names = param_names(b.entry.name, len(b.values)) or []
     a = dict(zip(names, b.values))
     e, rows = b.entry.name, b.op.grid[0]
+    if e.startswith("gemv_rmsnorm"):
+        r, N, K = a["rows"], a["N"], a["K"]
+        out = 4 if e.endswith("f32out") else 2
+        stream = r * K * (4 + (2 if a.get("delta") else 0) + (4 if a.get("hidden_out") else 0))
+        return N * K * 2 + stream + K * 2 + r * N * out + (N * 2 if a.get("bias") else 0), 2 * r * N * K
+    if e == "gemv_silu_bf16":
+        r, N, K = a["rows"], a["N"], a["K"]
+        return N * K * 2 + r * 2 * K * 2 + r * N * 2 + (N * 2 if a.get("bias") else 0), 2 * r * N * K
     if e.startswith(("gemv_bf16", "gemm_bf16")):
         r, N, K = a.get("rows", a.get("M", 1)), a["N"], a["K"]
         out = 4 if e.endswith("f32out") else 2
