@@ -82,3 +82,14 @@ def test_chat_template_prompt(smol):
     assert smol.tokenizer.decode(ids, skip_special_tokens=False).count("<|im_start|>") >= 2
     out = smol.generate(["What is 2+2?"], SamplingParams(temperature=0, max_tokens=8), chat=True)[0]
     assert out.token_ids and out.finish_reason in ("stop", "length")
+
+
+def test_fixed_addresses_do_not_move(tiny, rng):
+    """The Fixed record names arena addresses that stay the same through generation."""
+    f = tiny.fixed
+    assert f.hidden == tiny.arena.addr("hidden") and f.logits == tiny.arena.addr("logits")
+    assert len(f.k_pools) == tiny.config.num_layers and f.meta.num_seqs == 1
+    assert f.cache_stride == f.block_size * tiny.config.num_kv_heads * tiny.config.head_dim
+    base = tiny.arena.base
+    tiny.generate([rng.integers(0, 1000, size=5).tolist()], SamplingParams(max_tokens=3, ignore_eos=True))
+    assert tiny.arena.base == base and tiny.fixed is f and "block_table" in f.table()
