@@ -199,3 +199,50 @@ def chrome_trace(res: dict) -> str:
                                                      "grid": list(x["grid"])}})
         t += x["us"]
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ns"})
+
+
+def prefill_timing(llm, tokens: int = 128, reps: int = 20) -> dict:
+    """GPU ms of one prefill chunk of ``tokens`` tokens run as its graph vs eagerly through the
+    Cython launch loop (the same bound program), on the CUDA backend."""
+    from fixedgraph import _driver as drv
+
+    r, m, dev = llm.runner, llm.model, llm.device
+    T = next(b for b in m.sizes.chunk_buckets if b >= tokens)
+    seq = r._next_seq
+    r._next_seq += 1
+    r.alloc.allocate(seq, tokens)
+    table = r.alloc.block_table(seq)
+    layout = m.prefill_meta[T]
+    pos = np.arange(tokens)
+    for k in range(r.num_slots):  # every slot holds the same chunk: any pass may read any slot
+        v = layout.views(r._slot(k)[0])
+        v["tokens"][:] = 0
+        v["tokens"][:tokens] = np.random.default_rng(k).integers(0, m.V, size=tokens)
+        v["positions"][:] = tokens - 1
+        v["positions"][:tokens] = pos
+        v["slot"][:] = -1
+        v["slot"][:tokens] = np.asarray(table)[pos // m.sizes.block_size] * m.sizes.block_size + pos % m.sizes.block_size
+        v["block_table"][0, : len(table)] = table
+        v["last_row"][0] = tokens - 1
+        v["step"][0] = 0
+    graph = r.graphs.prefill[(T, False)]
+    bound = dev.bind(m.prefill_program(T, False), llm.arena, {STAGING: r.staging, RING: r.ring})
+    e0, e1 = drv.event_create(), drv.event_create()
+
+    def timed(fn) -> float:
+        fn()
+        dev.synchronize()
+        drv.event_record(e0, dev.stream)
+        for _ in range(reps):
+            fn()
+        drv.event_record(e1, dev.stream)
+        drv.event_synchronize(e1)
+        return drv.event_elapsed_ms(e0, e1) / reps
+
+    out = {"tokens": tokens, "bucket": T, "launches": bound.oplist.n, "graph_ms": timed(graph.launch),
+           "eager_ms": timed(lambda: dev.run(bound))}
+    r.alloc.free(seq)
+    r.resync()
+    for e in (e0, e1):
+        drv.event_destroy(e)
+    return out

@@ -89,6 +89,12 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         Path(profile_dir, f"trace_{name}.json").write_text(chrome_trace(prof))
         res["profile_graph_step_gpu_us"] = prof["graph_step_gpu_us"]
         res["profile_idle_between_steps_us"] = prof["gpu_idle_between_steps_us"]
+        from fixedgraph.profile import prefill_timing
+
+        pf = prefill_timing(llm, prompt_len)
+        res["prefill_graph_ms"], res["prefill_eager_ms"] = pf["graph_ms"], pf["eager_ms"]
+        print(f"prefill {pf['tokens']} tokens ({pf['launches']} launches): graph {pf['graph_ms']:.3f} ms, "
+              f"eager {pf['eager_ms']:.3f} ms", flush=True)
     llm.close()
     del llm
     torch.cuda.synchronize()
