@@ -162,6 +162,18 @@ class DenseDecoder:
                                 mref("slot"), Ref(L + "k_pool"), Ref(L + "v_pool"), rows, self.Hq,
                                 self.Hkv, self.D, c.rms_norm_eps, label=f"{L}qk_norm_rope_kv")
 
+    def _attend_rope(self, prog: Program, L: str, i: int, rows: int, mref) -> None:
+        """QK-norm + RoPE + KV write + decode attention of layer ``i`` in one launch: the fused
+        decode path's replacement of ``_rope`` followed by ``decode_program``'s ``attend``."""
+        c, s, S = self.cfg, self.sizes, self.splits[rows]
+        scratch = {n: Ref(f"scratch.{rows}.{n}") for n in attention.decode_scratch(rows, self.Hq, self.D, S, self.Hkv)}
+        attention.attention_decode_rope(
+            prog, Ref("attn"), Ref("qkv"), Ref(L + "q_norm") if c.qk_norm else None,
+            Ref(L + "k_norm") if c.qk_norm else None, Ref("rope"), mref("positions"), mref("slot"),
+            Ref(L + "k_pool"), Ref(L + "v_pool"), mref("block_table"), mref("seq_len"), scratch or None, rows,
+            s.max_blocks, s.block_size, self.Hq, self.Hkv, self.D, self.scale, c.rms_norm_eps, S,
+            label=f"{L}qk_norm_rope+attention")
+
     def _fused_layers(self, prog: Program, rows: int, mref, attend) -> str:
         """The decode layers with each norm folded into the GEMV after it and SiLU*up into the
         down projection (rows <= 8). The residual stream ping-pongs between ``hidden`` and
@@ -177,8 +189,7 @@ class DenseDecoder:
                               rows, self.QKV, H, c.rms_norm_eps, label=f"{L}norm+qkv_proj")
             if i:
                 cur, other = other, cur
-            self._rope(prog, L, rows, mref)
-            attend(prog, i)
+            self._attend_rope(prog, L, i, rows, mref)
             gemv.gemv(prog, Ref("delta"), Ref("attn"), Ref(L + "o_w"), None, rows, H, self.Hq * D, label=f"{L}o_proj")
             gemv.gemv_rmsnorm(prog, Ref("gate_up"), Ref(cur), Ref("delta"), Ref(other), Ref(L + "post_norm"),
                               Ref(L + "gate_up_w"), None, rows, 2 * I, H, c.rms_norm_eps,

@@ -1,4 +1,5 @@
-"""Launchers of ptx/src/attention.cu: paged attention for decode (split-K) and causal prefill.
+"""Launchers of ptx/src/attention.cu: paged attention for decode (split-K; optionally with QK-norm,
+RoPE and the KV write folded in) and causal prefill.
 
 KV pools: [num_blocks, block_size, Hkv, D] bf16, one K and one V pool per layer; token t of a
 sequence lives in block ``block_table[t // block_size]`` at offset ``t % block_size``. Query head
@@ -14,6 +15,7 @@ from __future__ import annotations
 from fixedgraph.program import Arg, Null, Program
 
 DECODE_HEAD_DIMS = (64, 96, 128, 256)
+DECODE_ROPE_HEAD_DIMS = (64, 96, 128)  # the fused QK-norm + RoPE + KV-write entries
 PREFILL_HEAD_DIMS = (64, 96, 128)
 DECODE_THREADS = 128  # fixed by the kernel (4 warps)
 PREFILL_THREADS = 128  # fixed by the kernel (4 warps x 16 query rows)
@@ -75,6 +77,23 @@ def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132)
     return max(1, min(want, by_len, MAX_SPLITS))
 
 
+def _ptr(a: Arg | None) -> Arg:
+    return Null() if a is None else a
+
+
+def _split_scratch(op: str, scratch: dict[str, Arg] | None, rows: int, Hq: int, Hkv: int, D: int,
+                   S: int) -> tuple[Arg, Arg, Arg]:
+    """(o_part, ml_part, counters) of a decode launch: NULL when S == 1, else the named regions."""
+    if S <= 1:
+        return Null(), Null(), Null()
+    need = decode_scratch(rows, Hq, D, S, Hkv)
+    missing = [n for n in need if not scratch or n not in scratch]
+    if missing:
+        raise ValueError(f"{op}: num_splits={S} needs scratch regions {missing} "
+                         f"(plan them with decode_scratch(rows, Hq, D, num_splits, Hkv))")
+    return scratch[SCRATCH_O], scratch[SCRATCH_ML], scratch[SCRATCH_COUNT]
+
+
 def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, block_table: Arg,
                      seq_len: Arg, scratch: dict[str, Arg] | None, rows: int, max_blocks: int,
                      block_size: int, Hq: int, Hkv: int, D: int, scale: float, num_splits: int,
@@ -101,20 +120,47 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
         raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
                          f"num_splits={num_splits} must all be >= 1")
     S = int(num_splits)
-    o_part: Arg = Null()
-    ml_part: Arg = Null()
-    counters: Arg = Null()
-    if S > 1:
-        need = decode_scratch(rows, Hq, D, S, Hkv)
-        missing = [n for n in need if not scratch or n not in scratch]
-        if missing:
-            raise ValueError(f"{op}: num_splits={S} needs scratch regions {missing} "
-                             f"(plan them with decode_scratch(rows, Hq, D, num_splits, Hkv))")
-        o_part, ml_part, counters = scratch[SCRATCH_O], scratch[SCRATCH_ML], scratch[SCRATCH_COUNT]
+    o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, S)
     args = (out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, int(rows),
             int(max_blocks), int(block_size), int(Hq), int(Hkv), int(D), S, float(scale))
     return prog.launch(f"paged_attention_decode_d{D}", (Hkv, rows, S), (DECODE_THREADS, 1, 1),
                        args, shared=decode_shared_bytes(D), label=label)
+
+
+def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None, k_norm: Arg | None,
+                          rope: Arg, positions: Arg, slots: Arg, k_pool: Arg, v_pool: Arg,
+                          block_table: Arg, seq_len: Arg, scratch: dict[str, Arg] | None, rows: int,
+                          max_blocks: int, block_size: int, Hq: int, Hkv: int, D: int, scale: float,
+                          eps: float, num_splits: int, label: str = "attention_decode_rope") -> int:
+    """``qk_norm_rope_kv`` then ``attention_decode`` in one launch (no q buffer round trip).
+
+    out: [rows, Hq * D] bf16, written.
+    qkv: [rows, (Hq + 2*Hkv) * D] bf16, q heads then k heads then v heads (bias already added).
+    q_norm, k_norm: [D] bf16 per-head RMSNorm weights (Qwen3 QK-norm), or None for no norm.
+    rope: [max_pos, D/2, 2] f32 (cos, sin); rotate_half pairing (i, i + D/2). positions: [rows] u32.
+    slots: [rows] i64 KV slot of each row's token; negative = no KV write (padding rows; their
+      attention then reads key seq_len-1 from the pool as it is).
+    k_pool, v_pool: [num_blocks, block_size, Hkv, D] bf16; the rotated k and raw v of row r land
+      at element slots[r] * Hkv * D + h * D, bit-identical to what ``qk_norm_rope_kv`` writes.
+    block_table, seq_len, scratch, num_splits: as ``attention_decode``.
+    NOTE: a row's current token (key seq_len[r] - 1) is used straight from the CTA that computes
+    it, never read back from the pool, so the engine's invariant ``slots[r] == block_table[r][
+    (seq_len[r]-1) // block_size] * block_size + (seq_len[r]-1) % block_size`` must hold for every
+    live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
+    path bit for bit. Every region must be 16-byte aligned (arena regions are).
+    D in (64, 96, 128). Returns the op index.
+    """
+    op = "attention_decode_rope"
+    _check_heads(op, Hq, Hkv, D, DECODE_ROPE_HEAD_DIMS)
+    if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
+        raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
+                         f"num_splits={num_splits} must all be >= 1")
+    o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, int(num_splits))
+    args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
+            k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
+            int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
+    return prog.launch(f"paged_attention_decode_rope_d{D}", (Hkv, rows, int(num_splits)),
+                       (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D), label=label)
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

@@ -8,6 +8,8 @@
 //         once per group. D <= 128: tensor cores (decode_tc, attention_decode.cuh); D = 256: the
 //         fp32 CUDA-core body below. With several non-empty splits, the split that arrives last
 //         on the (row, kv head) counter merges the partials (arrive_and_merge).
+// decode_rope (D <= 128): the same, with qk_norm_rope_kv folded in: q is rotated in the CTA from
+//         the raw QKV row, and the current token's K/V is written to the pools and used directly.
 // combine merges per-split partials (o, m, l) into out; kept for compatibility, no longer
 //         launched by fixedgraph.ops.attention.
 // prefill (one sequence, T query tokens, causal): flash attention with bf16 mma.sync m16n8k16;
@@ -275,6 +277,50 @@ DECODE_ENTRY(64, decode_tc, attn::decode_tc_smem(64))
 DECODE_ENTRY(96, decode_tc, attn::decode_tc_smem(96))
 DECODE_ENTRY(128, decode_tc, attn::decode_tc_smem(128))
 DECODE_ENTRY(256, decode_scalar, 0)
+
+// Fused QK-norm + RoPE + KV write + decode attention: qk_norm_rope_kv followed by
+// paged_attention_decode_d{D} in one launch (same splits, scratch, counters, merge and out).
+//   qkv [rows, (Hq + 2*Hkv)*D] bf16 (q heads, k heads, v heads); q_norm, k_norm [D] bf16 or NULL;
+//   rope [max_pos, D/2, 2] f32 (cos, sin); positions [rows] u32; slots [rows] i64 (< 0: no KV
+//   write); the other parameters as paged_attention_decode. Each CTA computes its group's rotated
+//   q (bits as qk_norm_rope_kv's q_out) into shared memory. The CTA of split n-1 (split 0 when
+//   seq_len <= 0) of each (row, kv head) also computes the current token's rotated k and raw v and
+//   writes them at slots[row] (element slots[row]*Hkv*D + kvh*D of each pool) when slots[row] >= 0.
+// NOTE (ordering): nothing orders the pool writes of one CTA before the pool reads of another in
+// the same launch, so no CTA may read a slot written here. It holds because (1) the writer of
+// (row, kvh) is the one split whose key range contains key seq_len-1, the current token, and it
+// takes that key from shared memory (load_kv_tile's sub_key) instead of the pool; (2) the split
+// ranges of a row are disjoint, so no other split of the row reads key seq_len-1; (3) live slots
+// of distinct rows are distinct and the engine maps key seq_len-1 of row r to slots[r]
+// (slots[r] = block_table[r][(seq_len-1)/block_size]*block_size + (seq_len-1)%block_size), a
+// block no other row reads. With slots[row] < 0 (padding row) nothing is written and key
+// seq_len-1 is read from the pool as is; with seq_len > max_blocks*block_size (clamped) the
+// current token is not attended and is read nowhere. Needs 16-byte aligned qkv, rope, norms and
+// pools (the arena aligns regions to 256 B); the launch is refused otherwise.
+#define DECODE_ROPE_ENTRY(DIM)                                                                 \
+    extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
+        paged_attention_decode_rope_d##DIM(                                                    \
+            bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *qkv,     \
+            const bf16 *q_norm, const bf16 *k_norm, const float *rope,                         \
+            const unsigned *positions, const long long *slots, bf16 *k_pool, bf16 *v_pool,     \
+            const int *block_table, const int *seq_len, unsigned rows, unsigned max_blocks,    \
+            unsigned block_size, unsigned Hq, unsigned Hkv, unsigned D, unsigned num_splits,   \
+            float scale, float eps) {                                                          \
+        FG_PDL_WAIT(); /* PDL: wait for the predecessor grid first */                           \
+        auto al = [](const void *p) { return p == nullptr || aligned_to(p, 16); };             \
+        if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0 ||               \
+            dynamic_smem_bytes() < (unsigned)attn::decode_tc_smem(DIM) || !al(qkv) ||           \
+            !al(q_norm) || !al(k_norm) || !al(rope) || !al(k_pool) || !al(v_pool))              \
+            return;                                                                             \
+        const attn::RopeArgs rp{qkv, q_norm, k_norm, rope, positions, slots, k_pool, v_pool, eps}; \
+        decode_tc<DIM, true>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool,           \
+                             block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv,       \
+                             num_splits, scale, rp);                                            \
+    }
+
+DECODE_ROPE_ENTRY(64)
+DECODE_ROPE_ENTRY(96)
+DECODE_ROPE_ENTRY(128)
 
 // out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
 // Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.

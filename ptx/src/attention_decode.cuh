@@ -10,6 +10,7 @@
 #pragma once
 
 #include "attention.cuh"
+#include "common_ops.cuh"
 
 namespace attn {
 
@@ -126,24 +127,36 @@ struct TileLoad {
 // Issue one tile's cp.async (keys [kbase, kbase + 64) of kv head kvh) into s_k/s_v and commit.
 // Keys at or past kend are zero-filled and read nothing: garbage or NaN in unwritten pool
 // slots never reaches P.V. Block-table entries are all loaded before the first copy is issued.
-template <int D>
+// SUB (the fused-RoPE entries): key sub_key is never read from the pools; its rows are copied
+// from sub_k/sub_v (shared memory, [D] bf16) when given, else left for the caller to store
+// before the barrier that precedes the tile's use (no cp.async may target those rows).
+template <int D, bool SUB = false>
 __device__ __forceinline__ void load_kv_tile(
     __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
     const __nv_bfloat16 *__restrict__ v_pool, const int *__restrict__ bt, int kbase, int kend,
-    unsigned block_size, size_t tok_stride, unsigned kvh) {
+    unsigned block_size, size_t tok_stride, unsigned kvh, int sub_key = -1,
+    const __nv_bfloat16 *sub_k = nullptr, const __nv_bfloat16 *sub_v = nullptr) {
     constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = D + 8;
     unsigned tok[N];  // pool token index of each chunk's key; ~0u: past kend
 #pragma unroll
     for (int it = 0; it < N; ++it) {
         const int key = kbase + (int)(threadIdx.x + it * kDecThreads) / CHUNKS;
-        tok[it] = key < kend ? (unsigned)__ldg(bt + (unsigned)key / block_size) * block_size +
-                                   (unsigned)key % block_size
-                             : ~0u;
+        tok[it] = key < kend && !(SUB && key == sub_key)
+                      ? (unsigned)__ldg(bt + (unsigned)key / block_size) * block_size +
+                            (unsigned)key % block_size
+                      : ~0u;
     }
 #pragma unroll
     for (int it = 0; it < N; ++it) {
         const int i = threadIdx.x + it * kDecThreads;
         const int kl = i / CHUNKS, cc = i % CHUNKS;
+        if (SUB && kbase + kl == sub_key) {
+            if (sub_k != nullptr) {
+                *reinterpret_cast<uint4 *>(s_k + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_k + cc * 8);
+                *reinterpret_cast<uint4 *>(s_v + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_v + cc * 8);
+            }
+            continue;
+        }
         const bool ok = tok[it] != ~0u;
         const size_t off = ok ? (size_t)tok[it] * tok_stride + (size_t)kvh * D + cc * 8 : 0;
         cp_async16(smem_addr(s_k + kl * LD + cc * 8), k_pool + off, ok ? 16 : 0);
@@ -164,25 +177,159 @@ __device__ __forceinline__ void split_bf16x2(float a, float b, uint32_t &hi, uin
 
 constexpr int kDecMaxHeads = 16;  // query heads per pass of decode_tc (the MMA's M); G > 16 loops
 
+namespace attn {
+
+// Extra inputs of the fused entries paged_attention_decode_rope_d* (QK-norm + RoPE + KV write).
+struct RopeArgs {
+    const __nv_bfloat16 *qkv;     // [rows, (Hq + 2*Hkv) * D] bf16: q heads, k heads, v heads
+    const __nv_bfloat16 *q_norm;  // [D] bf16 q-norm weight, or NULL (no QK-norm)
+    const __nv_bfloat16 *k_norm;  // [D] bf16 k-norm weight, or NULL
+    const float *rope;            // [max_pos, D/2, 2] f32 (cos, sin)
+    const unsigned *positions;    // [rows] u32 rotary position of each row
+    const long long *slots;       // [rows] i64 KV slot of each row's token; < 0: no KV write
+    __nv_bfloat16 *k_pool;        // [num_blocks, block_size, Hkv, D] bf16, written at slots[row]
+    __nv_bfloat16 *v_pool;        // [num_blocks, block_size, Hkv, D] bf16, written at slots[row]
+    float eps;
+};
+
+// The lane layout qk_norm_rope_kv (rope_kv.cu) uses for aligned buffers: VP pairs (i, i + D/2)
+// per lane per step. The norm's per-lane partial sums, and so its rounding, depend on it.
+template <int D>
+struct RopeLanes {
+    static constexpr int HALF = D / 2;
+    static constexpr int VP = HALF % 4 == 0 && HALF >= 128 ? 4 : (HALF % 2 == 0 && HALF >= 64 ? 2 : 1);
+    static constexpr int STEPS = (HALF + 32 * VP - 1) / (32 * VP);
+};
+
+// One warp: head x ([D] bf16), RMS-normed with weight w when w is not NULL, rotated with table
+// row cs ([D/2, 2] (cos, sin)), stored as bf16 to dst and, when not NULL, to dst2 and dst3.
+// NOTE: the operations and rounding points are those of qk_norm_rope_kv (the sum of squares
+// spelled out as the fused multiply-adds nvcc makes of it there), so the bits match it.
+template <int D>
+__device__ __forceinline__ void rope_head(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                                          const float *cs, float eps, __nv_bfloat16 *dst,
+                                          __nv_bfloat16 *dst2, __nv_bfloat16 *dst3) {
+    constexpr int VP = RopeLanes<D>::VP, HALF = RopeLanes<D>::HALF, STEPS = RopeLanes<D>::STEPS;
+    const unsigned lane = threadIdx.x & 31u;
+    float x1[STEPS][VP], x2[STEPS][VP];
+    float sumsq = 0.0f;
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s) {
+        const unsigned i = lane * VP + s * 32 * VP;
+        if (i < HALF) {
+            load_bf16<VP>(x + i, x1[s]);
+            load_bf16<VP>(x + HALF + i, x2[s]);
+#pragma unroll
+            for (int j = 0; j < VP; ++j)
+                sumsq = __fadd_rn(sumsq, __fmaf_rn(x1[s][j], x1[s][j], __fmul_rn(x2[s][j], x2[s][j])));
+        }
+    }
+    float inv_rms = 0.0f;
+    // Unfused as in rope_kv.cu, where D is a runtime value (no x * (1/D) + eps contraction).
+    if (w) inv_rms = 1.0f / __fsqrt_rn(__fadd_rn(__fdiv_rn(warp_sum(sumsq), (float)D), eps));
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s) {
+        const unsigned i = lane * VP + s * 32 * VP;
+        if (i >= HALF) continue;
+        float a[VP], b[VP], c[VP], sn[VP];
+        if (w) {  // bf16(w * bf16(x * inv_rms)), as add_rmsnorm
+            float w1[VP], w2[VP];
+            load_bf16<VP>(w + i, w1);
+            load_bf16<VP>(w + HALF + i, w2);
+#pragma unroll
+            for (int j = 0; j < VP; ++j) {
+                a[j] = round_bf16(w1[j] * round_bf16(x1[s][j] * inv_rms));
+                b[j] = round_bf16(w2[j] * round_bf16(x2[s][j] * inv_rms));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < VP; ++j) { a[j] = x1[s][j]; b[j] = x2[s][j]; }
+        }
+        if constexpr (VP == 1) {
+            c[0] = cs[2 * i];
+            sn[0] = cs[2 * i + 1];
+        } else {
+#pragma unroll
+            for (int j = 0; j < VP; j += 2) {
+                float t[4];
+                load_f32<4>(cs + 2 * (i + j), t);
+                c[j] = t[0]; sn[j] = t[1]; c[j + 1] = t[2]; sn[j + 1] = t[3];
+            }
+        }
+        float o1[VP], o2[VP];
+#pragma unroll
+        for (int j = 0; j < VP; ++j) {
+            o1[j] = __fsub_rn(__fmul_rn(a[j], c[j]), __fmul_rn(b[j], sn[j]));
+            o2[j] = __fadd_rn(__fmul_rn(b[j], c[j]), __fmul_rn(a[j], sn[j]));
+        }
+        store_bf16<VP>(dst + i, o1);
+        store_bf16<VP>(dst + HALF + i, o2);
+        if (dst2) { store_bf16<VP>(dst2 + i, o1); store_bf16<VP>(dst2 + HALF + i, o2); }
+        if (dst3) { store_bf16<VP>(dst3 + i, o1); store_bf16<VP>(dst3 + HALF + i, o2); }
+    }
+}
+
+// The RoPE phase of one head pass of the fused decode: query heads [qh0, qh0 + nh) of row, rotated,
+// into s_q rows 0..nh-1 (rows nh..15 zeroed: the MMA's unused M rows). When kv_slot >= 0 also the
+// current token of kv head kvh: rotated k to s_ck, raw v to s_cv, both to the pools at kv_slot
+// and, when patch_k is not NULL, to that key's rows of a K/V stage (patch_k, patch_v) whose
+// cp.async skipped them. One warp per head; k and v first, they are on the pool-write path.
+template <int D>
+__device__ __forceinline__ void rope_pass(
+    __nv_bfloat16 *s_q, __nv_bfloat16 *s_ck, __nv_bfloat16 *s_cv, __nv_bfloat16 *patch_k,
+    __nv_bfloat16 *patch_v, const RopeArgs &rp, unsigned row, unsigned qh0, unsigned nh,
+    unsigned kvh, unsigned Hq, unsigned Hkv, long long kv_slot) {
+    constexpr int LD = D + 8, C8 = D / 8;
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    const __nv_bfloat16 *xrow = rp.qkv + (size_t)row * (Hq + 2 * Hkv) * D;
+    const float *cs = rp.rope + (size_t)rp.positions[row] * D;  // [D/2, 2]
+    const unsigned kv = kv_slot >= 0 ? 2u : 0u;
+    const size_t pool_off = kv ? (size_t)kv_slot * Hkv * D + (size_t)kvh * D : 0;
+    for (unsigned it = warp; it < nh + kv; it += kDecThreads / 32) {  // warp-uniform
+        if (it < kv && it == 0) {
+            rope_head<D>(xrow + (size_t)(Hq + kvh) * D, rp.k_norm, cs, rp.eps, s_ck,
+                         rp.k_pool + pool_off, patch_k);
+        } else if (it < kv) {  // v: bits unchanged
+            const __nv_bfloat16 *x = xrow + (size_t)(Hq + Hkv + kvh) * D;
+            for (unsigned c = lane; c < C8; c += 32) {
+                const uint4 v = *reinterpret_cast<const uint4 *>(x + c * 8);
+                *reinterpret_cast<uint4 *>(s_cv + c * 8) = v;
+                *reinterpret_cast<uint4 *>(rp.v_pool + pool_off + c * 8) = v;
+                if (patch_v) *reinterpret_cast<uint4 *>(patch_v + c * 8) = v;
+            }
+        } else {
+            const unsigned r = it - kv;
+            rope_head<D>(xrow + (size_t)(qh0 + r) * D, rp.q_norm, cs, rp.eps, s_q + r * LD, nullptr,
+                         nullptr);
+        }
+    }
+    for (unsigned i = threadIdx.x; i < (kDecMaxHeads - nh) * C8; i += kDecThreads)
+        *reinterpret_cast<uint4 *>(s_q + (nh + i / C8) * LD + (i % C8) * 8) = make_uint4(0u, 0u, 0u, 0u);
+}
+
+}  // namespace attn
+
 // Split-K flash decoding on tensor cores. One CTA = (row, kv head, split); the M dimension of
 // the bf16 m16n8k16 MMA holds up to 16 query heads of the GQA group (zero rows past G), so each
 // K/V tile in shared memory serves the whole group. Warp w owns keys [16w, 16w + 16) of every
 // 64-key tile and keeps its own online softmax; the 4 warps merge through shared memory at the
 // end. Two tiles are in flight (cp.async) while one is computed. P.V uses P split into bf16
 // hi + lo (two MMAs), so P is effectively unrounded, as in the fp32 path.
-template <int D>
+// ROPE (paged_attention_decode_rope_d*): q is computed from rp.qkv in the CTA instead of read,
+// and the current token's K/V is written and used as described at those entries (attention.cu).
+template <int D, bool ROPE = false>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
     float *ml_part,                            // [rows, Hq, S, 2] f32 (used >= 2 only)
     unsigned *counters,                        // [rows, Hkv] u32, 0 at rest (used >= 2 only)
-    const __nv_bfloat16 *__restrict__ q,       // [rows, Hq*D] bf16 (RoPE applied)
-    const __nv_bfloat16 *__restrict__ k_pool,  // [num_blocks, block_size, Hkv, D] bf16
-    const __nv_bfloat16 *__restrict__ v_pool,  // [num_blocks, block_size, Hkv, D] bf16
+    const __nv_bfloat16 *__restrict__ q,       // [rows, Hq*D] bf16 (RoPE applied); ROPE: unused
+    const __nv_bfloat16 *k_pool,               // [num_blocks, block_size, Hkv, D] bf16
+    const __nv_bfloat16 *v_pool,               // [num_blocks, block_size, Hkv, D] bf16
     const int *__restrict__ block_table,       // [rows, max_blocks] i32
     const int *__restrict__ seq_len,           // [rows] i32
     unsigned rows, unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv,
-    unsigned S, float scale) {
+    unsigned S, float scale, attn::RopeArgs rp = {}) {
     using namespace attn;
     constexpr int KS = D / 16, NT = D / 8, LD = D + 8, TK = kDecTileKeys;  // k-steps, n-tiles
     constexpr int TILE_BYTES = TK * LD * 2;  // one K (or V) tile
@@ -196,6 +343,9 @@ __device__ __forceinline__ void decode_tc(
     float *s_o = reinterpret_cast<float *>(dec_smem);  // [warp][16][SO] after the key loop (aliases)
     __shared__ __align__(16) __nv_bfloat16 s_q[kDecMaxHeads * LD];  // [head][dim] of one pass
     __shared__ float s_m[4][kDecMaxHeads], s_l[4][kDecMaxHeads];
+    // ROPE: the current token's rotated k and raw v (bf16 [D] each), written in the first pass
+    __shared__ __align__(16) __nv_bfloat16 s_cur[ROPE ? 2 : 1][ROPE ? D : 8];
+    __nv_bfloat16 *s_ck = s_cur[0], *s_cv = s_cur[ROPE ? 1 : 0];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gid = lane >> 2, tig = lane & 3;  // MMA fragment row group / thread in group
@@ -216,32 +366,53 @@ __device__ __forceinline__ void decode_tc(
     for (unsigned split = blockIdx.z; split < S; split += gridDim.z)
     for (unsigned kvh = blockIdx.x; kvh < Hkv; kvh += gridDim.x) {
         // PDL: first dependent read below (seq_len, block_table, q and the pools)
-        const int len = (int)max(0LL, min((long long)seq_len[row], cap));
+        const int seq = seq_len[row];
+        const int len = (int)max(0LL, min((long long)seq, cap));
         const SplitRange sr = split_range(len, S, block_size, split);
         if (split >= (unsigned)max(sr.used, 1)) continue;  // empty split: costs one load
         const int *bt = block_table + (size_t)row * max_blocks;
         const int n_tiles = (sr.end - sr.start + TK - 1) / TK;
+        long long kv_slot = -1;  // ROPE, >= 0: this CTA writes the current token's K/V there
+        int sub_key = -1;        // ROPE, >= 0: key taken from s_ck/s_cv, never from the pools
+        if constexpr (ROPE) {
+            if (split == (unsigned)max(sr.used, 1) - 1) {  // holds key seq - 1 (or len == 0)
+                kv_slot = rp.slots[row];
+                if (kv_slot >= 0 && seq >= 1 && seq <= cap) sub_key = seq - 1;
+            }
+        }
 
         for (unsigned h0 = 0; h0 < G; h0 += kDecMaxHeads) {
             const unsigned nh = min(G - h0, (unsigned)kDecMaxHeads);
             const size_t head0 = (size_t)row * Hq + kvh * G + h0;
-            // Q rows of this pass -> s_q (rows past nh zero-filled); joins tile 0's cp.async group.
-            for (int i = tid; i < kDecMaxHeads * (D / 8); i += kDecThreads) {
-                const int r = i / (D / 8), cc = i % (D / 8);
-                const bool ok = (unsigned)r < nh;
-                cp_async16(smem_addr(s_q + r * LD + cc * 8), ok ? q + (head0 + r) * D + cc * 8 : q,
-                           ok ? 16 : 0);
+            if constexpr (!ROPE) {
+                // Q rows of this pass -> s_q (rows past nh zero-filled); joins tile 0's cp.async group.
+                for (int i = tid; i < kDecMaxHeads * (D / 8); i += kDecThreads) {
+                    const int r = i / (D / 8), cc = i % (D / 8);
+                    const bool ok = (unsigned)r < nh;
+                    cp_async16(smem_addr(s_q + r * LD + cc * 8), ok ? q + (head0 + r) * D + cc * 8 : q,
+                               ok ? 16 : 0);
+                }
             }
             // Both stages start loading before any math (empty groups keep wait_group counting).
+            // ROPE: in the first pass s_ck/s_cv are not written yet; rope_pass fills the rows.
 #pragma unroll
             for (int st = 0; st < kDecStages; ++st) {
                 if (st < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
-                    load_kv_tile<D>(sk, sk + TK * LD, k_pool, v_pool, bt, sr.start + st * TK, sr.end,
-                                    block_size, tok_stride, kvh);
+                    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, bt, sr.start + st * TK,
+                                          sr.end, block_size, tok_stride, kvh, sub_key,
+                                          h0 ? s_ck : nullptr, h0 ? s_cv : nullptr);
                 } else {
                     cp_async_commit();
                 }
+            }
+            if constexpr (ROPE) {  // overlaps the K/V copies just issued
+                const int sub_tile = (sub_key - sr.start) / TK;
+                __nv_bfloat16 *patch = h0 == 0 && sub_key >= 0 && sub_tile < kDecStages
+                                           ? s_kv + (sub_tile * 2 * TK + sub_key - sr.start - sub_tile * TK) * LD
+                                           : nullptr;
+                rope_pass<D>(s_q, s_ck, s_cv, patch, patch ? patch + TK * LD : nullptr, rp, row,
+                             kvh * G + h0, nh, kvh, Hq, Hkv, h0 == 0 ? kv_slot : -1);
             }
 
             float o[NT][4];
@@ -322,8 +493,9 @@ __device__ __forceinline__ void decode_tc(
                 __syncthreads();  // NOTE: every warp is done with stage st before it is refilled
                 if (kt + kDecStages < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
-                    load_kv_tile<D>(sk, sk + TK * LD, k_pool, v_pool, bt, sr.start + (kt + kDecStages) * TK,
-                                    sr.end, block_size, tok_stride, kvh);
+                    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, bt,
+                                          sr.start + (kt + kDecStages) * TK, sr.end, block_size,
+                                          tok_stride, kvh, sub_key, s_ck, s_cv);
                 } else {
                     cp_async_commit();
                 }

@@ -2,7 +2,8 @@
 
 Pools are filled so that a kernel reading anything it must not shows up as NaN in its output:
 every pool slot past a sequence's last valid key holds NaN, and block-table entries past the
-sequence point at an all-NaN block. Live blocks are a shuffled, non-contiguous set.
+sequence point at an all-NaN block. Live blocks are a shuffled, non-contiguous set. The fused
+RoPE decode cases also poison each row's current-token slot, which the launch itself must write.
 """
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import numpy as np
 
 from fixedgraph import bf16
 from fixedgraph.ops.attention import (SCRATCH_COUNT, SCRATCH_ML, SCRATCH_O, attention_combine,
-                                      attention_decode, attention_prefill, decode_scratch)
+                                      attention_decode, attention_decode_rope, attention_prefill,
+                                      decode_scratch)
+from fixedgraph.ops.rope_kv import qk_norm_rope_kv
 from fixedgraph.program import Program, Ref
-from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison, rand_bf16
+from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison, rand_bf16, run_case
 
 NAN_BF16 = 0x7FC0
 DECODE_CHECK = Check(atol=4e-3, rtol=8e-3)  # fp32 softmax; out rounded to bf16
@@ -57,6 +60,19 @@ def _softmax_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float
     return p @ v / p.sum()
 
 
+def _split_scratch(buffers: dict, checks: dict, rows: int, Hq: int, Hkv: int, D: int, S: int) -> dict:
+    """Add the split scratch of a decode launch to ``buffers`` (counters zero and checked)."""
+    scratch = {}
+    for region, (shape, dtype) in decode_scratch(rows, Hq, D, S, Hkv).items():
+        if region == SCRATCH_COUNT:  # zero at rest, and zero again after the launch
+            buffers[region] = Buffer(np.zeros(shape, np.uint32), dtype)
+            checks[region] = Check()
+        else:  # partials: every byte the merge reads is written by this launch
+            buffers[region] = poison(shape, dtype)
+        scratch[region] = Ref(region)
+    return scratch
+
+
 def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
                  max_len: int = 1500, lens: list[int] | None = None) -> KernelCase:
     """Decode over random or given ``lens``; a len of 0 expects zeros (no keys)."""
@@ -80,14 +96,7 @@ def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, 
         "out": poison((rows, Hq * D), "bf16"),
     }
     checks = {"out": DECODE_CHECK}
-    scratch = {}
-    for region, (shape, dtype) in decode_scratch(rows, Hq, D, S, Hkv).items():
-        if region == SCRATCH_COUNT:  # zero at rest, and zero again after the launch
-            buffers[region] = Buffer(np.zeros(shape, np.uint32), dtype)
-            checks[region] = Check()
-        else:  # partials: every byte the merge reads is written by this launch
-            buffers[region] = poison(shape, dtype)
-        scratch[region] = Ref(region)
+    scratch = _split_scratch(buffers, checks, rows, Hq, Hkv, D, S)
     prog = Program(name)
     attention_decode(prog, Ref("out"), Ref("q"), Ref("k_pool"), Ref("v_pool"), Ref("block_table"),
                      Ref("seq_len"), scratch or None, rows, max_blocks, block_size, Hq, Hkv, D,
@@ -120,6 +129,118 @@ def _split_decode_case(name: str, rng, rows: int, S: int, Hq: int, Hkv: int, D: 
     edge = [1, S * bs + 5, S * bs, int(rng.integers(2, 3 * bs))]
     lens = edge[:rows] if rows > 1 else [S * bs + 5]
     return _decode_case(name, rng, rows, bs, Hq, Hkv, D, S, lens=lens)
+
+
+ROPE_EPS = 1e-6
+
+
+def _rope_table(max_pos: int, D: int) -> np.ndarray:
+    """(cos, sin) of pos * 1e6^(-2i/D): [max_pos, D/2, 2] f32."""
+    ang = np.arange(max_pos)[:, None] * 1e6 ** (-np.arange(0, D, 2) / D)[None, :]
+    return np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32)
+
+
+def _coarse_bf16(rng, shape) -> Buffer:
+    """Multiples of 1/16 below 4 in magnitude: a head's sum of squares is exact in fp32 in any
+    order, so the kernel's norm rounds exactly as the numpy twin's (bit-exact pool checks)."""
+    x = np.clip(np.round(rng.normal(0, 1.5, shape) * 16), -63, 63) / 16
+    return Buffer(bf16.from_f32(x.astype(np.float32)), "bf16")
+
+
+def _rope_kv_twin(x: dict, rows: int, Hq: int, Hkv: int, D: int, norm: bool) -> dict:
+    """k_pool and v_pool as the qk_norm_rope_kv twin leaves them, from the case's input values."""
+    from fixedgraph.backends.reference import ReferenceDevice
+
+    names = ("qkv", "rope", "positions", "slots", "k_pool", "v_pool") + (("q_norm", "k_norm") if norm else ())
+    dtypes = {"rope": "f32", "positions": "u32", "slots": "i64"}
+    bufs = {n: Buffer(x[n] if n in dtypes else bf16.from_f32(x[n]), dtypes.get(n, "bf16")) for n in names}
+    bufs["q"] = poison((rows, Hq * D), "bf16")
+    prog = Program("qk_norm_rope_kv")
+    qk_norm_rope_kv(prog, Ref("qkv"), Ref("q"), Ref("q_norm") if norm else None,
+                    Ref("k_norm") if norm else None, Ref("rope"), Ref("positions"), Ref("slots"),
+                    Ref("k_pool"), Ref("v_pool"), rows, Hq, Hkv, D, ROPE_EPS)
+    case = KernelCase("qk_norm_rope_kv", prog, bufs, {"k_pool": Check(), "v_pool": Check()})
+    return run_case(case, ReferenceDevice())
+
+
+def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
+               norm: bool, lens: list[int], neg_row: int | None) -> KernelCase:
+    """Fused QK-norm + RoPE + KV write + decode. Row r's token is key lens[r] - 1 at slot
+    slots[r] (the engine's invariant); that pool slot holds NaN before the launch, so a split
+    reading it instead of the CTA's own k/v, or a missing write, shows up. Row ``neg_row`` has
+    slot -1: no write, and its key lens[r] - 1 (random data) is read from the pool."""
+    lens = list(lens)
+    bs, heads, G = block_size, Hq + 2 * Hkv, Hq // Hkv
+    max_blocks = -(-max(lens) // bs) + 1
+    k, v, table = _paged_pools(rng, lens, bs, Hkv, D, max_blocks)
+    slots = np.array([table[r, (n - 1) // bs] * bs + (n - 1) % bs for r, n in enumerate(lens)], np.int64)
+    for r in range(rows):
+        if r == neg_row:
+            slots[r] = -1
+        else:
+            for pool in (k, v):
+                pool.data.reshape(-1, Hkv, D)[slots[r]] = NAN_BF16
+    max_pos = max(lens) + 3
+    scale = 1.0 / np.sqrt(D)
+    buffers = {
+        "qkv": _coarse_bf16(rng, (rows, heads * D)) if norm else rand_bf16(rng, (rows, heads * D), 1.5),
+        "rope": Buffer(_rope_table(max_pos, D), "f32"),
+        "positions": Buffer(np.array(lens, np.uint32) - 1, "u32"),
+        "slots": Buffer(slots, "i64"),
+        "k_pool": k,
+        "v_pool": v,
+        "block_table": Buffer(table, "i32"),
+        "seq_len": Buffer(np.array(lens, np.int32), "i32"),
+        "out": poison((rows, Hq * D), "bf16"),
+    }
+    if norm:
+        buffers["q_norm"] = Buffer(bf16.from_f32(1 + 0.3 * rng.standard_normal(D)), "bf16")
+        buffers["k_norm"] = Buffer(bf16.from_f32(1 + 0.3 * rng.standard_normal(D)), "bf16")
+    # The pools: bit-exact against qk_norm_rope_kv's twin, written slots and untouched ones alike.
+    checks = {"out": DECODE_CHECK, "k_pool": Check(), "v_pool": Check()}
+    scratch = _split_scratch(buffers, checks, rows, Hq, Hkv, D, S)
+    prog = Program(name)
+    attention_decode_rope(prog, Ref("out"), Ref("qkv"), Ref("q_norm") if norm else None,
+                          Ref("k_norm") if norm else None, Ref("rope"), Ref("positions"), Ref("slots"),
+                          Ref("k_pool"), Ref("v_pool"), Ref("block_table"), Ref("seq_len"),
+                          scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S)
+
+    def reference(x):
+        qkv = x["qkv"].reshape(rows, heads, D).astype(np.float64)
+        q, kk, vv = qkv[:, :Hq], qkv[:, Hq:Hq + Hkv], qkv[:, Hq + Hkv:]
+
+        def rb(t):  # a bf16 store
+            return bf16.round_f32(t.astype(np.float32)).astype(np.float64)
+
+        if norm:  # rounding points of add_rmsnorm: bf16(w * bf16(x / rms))
+            for t, w in ((q, x["q_norm"]), (kk, x["k_norm"])):
+                t[:] = rb(w * rb(t / np.sqrt(np.mean(t * t, axis=-1, keepdims=True) + ROPE_EPS)))
+        cs = x["rope"].astype(np.float64)[x["positions"].astype(np.int64)]  # [rows, D/2, 2]
+        c, s_ = cs[:, None, :, 0], cs[:, None, :, 1]
+
+        def rotate(t):  # rotate_half, then stored as bf16
+            t1, t2 = t[..., : D // 2], t[..., D // 2:]
+            return rb(np.concatenate([t1 * c - t2 * s_, t2 * c + t1 * s_], axis=-1))
+
+        q, kk = rotate(q), rotate(kk)
+        kp = x["k_pool"].astype(np.float64).reshape(-1, Hkv, D).copy()
+        vp = x["v_pool"].astype(np.float64).reshape(-1, Hkv, D).copy()
+        for r, sl in enumerate(x["slots"]):
+            if sl >= 0:
+                kp[sl], vp[sl] = kk[r], vv[r]
+        kp, vp = kp.reshape(k.data.shape), vp.reshape(v.data.shape)
+        out = np.zeros((rows, Hq, D))
+        for r, n in enumerate(lens):
+            kr, vr = _gather(kp, x["block_table"][r], n, bs), _gather(vp, x["block_table"][r], n, bs)
+            for h in range(Hq):
+                out[r, h] = _softmax_attention(q[r, h], kr[:, h // G], vr[:, h // G], scale)
+        res = {"out": out.reshape(rows, Hq * D), **_rope_kv_twin(x, rows, Hq, Hkv, D, norm)}
+        if SCRATCH_COUNT in checks:
+            res[SCRATCH_COUNT] = np.zeros_like(x[SCRATCH_COUNT])
+        return res
+
+    return KernelCase(name, prog, buffers, checks, reference,
+                      notes=f"seq_len={lens}, slots={slots.tolist()}, num_splits={S}, qk_norm={norm}")
 
 
 def _combine_case(name: str, rng, rows: int, Hq: int, D: int, S: int) -> KernelCase:
@@ -202,6 +323,22 @@ SPLIT_DECODE_CASES = {
 SPLIT_DECODE_CASES["attention_decode_split_r4_s5_h16kv4_d256"] = (4, 5, 16, 4, 256)
 SPLIT_DECODE_CASES["attention_decode_split_r4_s16_h8kv2_d64"] = (4, 16, 8, 2, 64)
 
+# name -> (rows, block_size, Hq, Hkv, D, num_splits, qk_norm, seq_len per row, row with slot -1)
+ROPE_CASES = {
+    "attention_decode_rope_r1_bs16_h16kv8_d128_s2_norm": (1, 16, 16, 8, 128, 2, True, [129], None),
+    "attention_decode_rope_r1_bs16_h16kv8_d128_s32": (1, 16, 16, 8, 128, 32, False, [129], None),
+    # seq_len 1; a token ending a block; a token starting one
+    "attention_decode_rope_r3_bs16_h32kv8_d128_s7_norm": (3, 16, 32, 8, 128, 7, True, [1, 160, 97], None),
+    "attention_decode_rope_r3_bs16_h32kv8_d128_s32_norm": (3, 16, 32, 8, 128, 32, True, [129, 1024, 16], 2),
+    "attention_decode_rope_r3_bs32_h9kv3_d64_s32": (3, 32, 9, 3, 64, 32, False, [33, 700, 5], 1),
+    "attention_decode_rope_r1_bs16_h12kv1_d64_s1_norm": (1, 16, 12, 1, 64, 1, True, [1], None),
+    # one split of 5 tiles: the token's tile is a refill, not one of the first two stages
+    "attention_decode_rope_r3_bs16_h12kv1_d128_s1": (3, 16, 12, 1, 128, 1, False, [300, 128, 65], None),
+    "attention_decode_rope_r3_bs16_h8kv4_d96_s7_norm": (3, 16, 8, 4, 96, 7, True, [50, 1, 16], 1),
+    # G = 20: two head passes; the second takes the token's k/v from shared memory
+    "attention_decode_rope_r3_bs16_h40kv2_d64_s1_norm": (3, 16, 40, 2, 64, 1, True, [70, 300, 1], None),
+}
+
 # name -> (rows, Hq, D, num_splits)
 COMBINE_CASES = {
     "attention_combine_r2_h9_d96_s5": (2, 9, 96, 5),
@@ -231,6 +368,7 @@ def _register(table: dict, build) -> None:
 _register(DECODE_CASES, _decode_case)
 _register(SPLIT_DECODE_CASES, _split_decode_case)
 _register(COMBINE_CASES, _combine_case)
+_register(ROPE_CASES, _rope_case)
 kernel_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4")(  # an empty row gives zeros
     lambda rng: _decode_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4", rng, 3, 16, 32, 8, 128,
                              4, lens=[0, 37, 200]))

@@ -48,11 +48,11 @@ def _rebuild_decode(case: KernelCase, num_splits: int) -> KernelCase:
 def test_every_entry_has_cases():
     entries = {l.entry for f in CASES.values() for l in f(np.random.default_rng(0)).program.launches}
     want = {f"paged_attention_decode_d{d}" for d in ops.DECODE_HEAD_DIMS}
+    want |= {f"paged_attention_decode_rope_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
-    assert {l.entry for c in decode_cases for l in c.program.launches} == {
-        f"paged_attention_decode_d{d}" for d in ops.DECODE_HEAD_DIMS}  # one launch, no combine
+    assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
 
 
 @pytest.mark.parametrize("name", ["attention_decode_r5_bs16_h9kv3_d128_s7",
@@ -222,3 +222,89 @@ def test_choose_num_splits():
         assert rows * 8 * ops.choose_num_splits(32768, rows, 8) <= 2 * 132
     assert ops.choose_num_splits(4096, 4, 2) <= 4096 // ops.MIN_KEYS_PER_SPLIT
     assert ops.choose_num_splits(200, 1, 8) == 200 // ops.MIN_KEYS_PER_SPLIT
+
+
+# ---- fused QK-norm + RoPE + KV write + decode (paged_attention_decode_rope_d*) ----------------
+
+ROPE_CASES = sorted(n for n in CASES if n.startswith("attention_decode_rope_"))
+
+
+def _two_launch(case: KernelCase) -> KernelCase:
+    """The fused case's buffers under qk_norm_rope_kv + attention_decode (the unfused path)."""
+    from fixedgraph.ops.rope_kv import qk_norm_rope_kv
+
+    (fused,) = case.program.launches
+    (out, _, _, _, qkv, q_norm, k_norm, rope, positions, slots, k_pool, v_pool, block_table,
+     seq_len, rows, max_blocks, block_size, Hq, Hkv, D, S, scale, eps) = fused.args
+    bufs = dict(case.buffers)
+    bufs["q"] = Buffer(np.full((rows, Hq * D), 0x7FC1, np.uint16), "bf16")
+    prog = Program(f"{case.name}_unfused")
+    qk_norm_rope_kv(prog, qkv, Ref("q"), None if isinstance(q_norm, Null) else q_norm,
+                    None if isinstance(k_norm, Null) else k_norm, rope, positions, slots, k_pool,
+                    v_pool, rows, Hq, Hkv, D, eps)
+    scratch = {n: Ref(n) for n in case.buffers if n.startswith("attn_split")}
+    ops.attention_decode(prog, out, Ref("q"), k_pool, v_pool, block_table, seq_len, scratch or None,
+                         rows, max_blocks, block_size, Hq, Hkv, D, scale, S)
+    return KernelCase(case.name, prog, bufs, case.outputs, case.reference)
+
+
+@pytest.mark.parametrize("name", ROPE_CASES)
+def test_rope_fused_equals_two_launches_bit_for_bit(name, rng):
+    case = CASES[name](rng)
+    fused = run_case(case, ReferenceDevice())
+    unfused = run_case(_two_launch(case), ReferenceDevice())
+    for out in case.outputs:
+        np.testing.assert_array_equal(fused[out], unfused[out], err_msg=f"{name}: {out}")
+
+
+def test_rope_case_catches_a_missing_kv_write(rng):
+    # Negative control: with every slot -1 nothing is written and each row reads its current
+    # token's pool slot, which the case poisons with NaN.
+    case = CASES["attention_decode_rope_r3_bs16_h32kv8_d128_s7_norm"](rng)
+    slots = np.full_like(case.buffers["slots"].data, -1)
+    got = run_case(_with(case, slots=slots), ReferenceDevice())
+    want = case.reference(inputs_of(case))
+    for out in ("out", "k_pool", "v_pool"):
+        assert compare(out, got[out], want[out], case.outputs[out]), out
+
+
+def test_rope_case_catches_a_misplaced_kv_write(rng):
+    # Slots one token late: the pools differ, though the CTA's own k/v still feed attention.
+    case = CASES["attention_decode_rope_r1_bs16_h16kv8_d128_s2_norm"](rng)
+    slots = case.buffers["slots"].data + 1
+    got = run_case(_with(case, slots=slots), ReferenceDevice())
+    want = case.reference(inputs_of(case))
+    assert compare("k_pool", got["k_pool"], want["k_pool"], case.outputs["k_pool"])
+    assert compare("out", got["out"], want["out"], case.outputs["out"]) is None
+
+
+def test_rope_current_token_comes_from_the_cta_not_the_pool(rng):
+    # The current token's pool slot is NaN before the launch and seq_len 1 attends only that key:
+    # the result is finite only if the key is taken from the CTA (the write lands elsewhere here).
+    case = CASES["attention_decode_rope_r1_bs16_h12kv1_d64_s1_norm"](rng)
+    slot = int(case.buffers["slots"].data[0])
+    k_pool = case.buffers["k_pool"].data.copy()
+    assert np.all(k_pool.reshape(-1, 64)[slot] == 0x7FC0)
+    nan_slot = k_pool.reshape(-1, 64).shape[0] - 1  # in the all-NaN block: never read
+    got = run_case(_with(case, slots=np.array([nan_slot], np.int64)), ReferenceDevice())
+    assert np.isfinite(got["out"]).all()
+
+
+def test_rope_decode_launch():
+    prog = Program("p")
+    scratch = {n: Ref(n) for n in ops.decode_scratch(4, 32, 128, 7, 8)}
+    refs = [Ref(n) for n in ("o", "qkv", "qn", "kn", "rope", "pos", "slot", "k", "v", "bt", "sl")]
+    ops.attention_decode_rope(prog, *refs, scratch, 4, 64, 16, 32, 8, 128, 0.088, 1e-6, 7)
+    (l,) = prog.launches
+    assert (l.entry, l.grid, l.block) == ("paged_attention_decode_rope_d128", (8, 4, 7), (128, 1, 1))
+    assert l.shared == ops.decode_shared_bytes(128)
+    assert l.args[:5] == (Ref("o"), Ref(ops.SCRATCH_O), Ref(ops.SCRATCH_ML), Ref(ops.SCRATCH_COUNT), Ref("qkv"))
+    assert l.args[-3:] == (7, 0.088, 1e-6)
+    prog1 = Program("p1")
+    ops.attention_decode_rope(prog1, refs[0], refs[1], None, None, *refs[4:], None, 1, 64, 16, 16, 8,
+                              64, 0.125, 1e-6, 1)
+    assert all(isinstance(a, Null) for a in prog1.launches[0].args[1:4] + prog1.launches[0].args[5:7])
+    with pytest.raises(ValueError, match="head_dim 256 is not supported"):
+        ops.attention_decode_rope(Program("p"), *refs, None, 1, 4, 16, 8, 8, 256, 0.1, 1e-6, 1)
+    with pytest.raises(ValueError, match="needs scratch regions"):
+        ops.attention_decode_rope(Program("p"), *refs, None, 1, 4, 16, 8, 8, 128, 0.1, 1e-6, 3)

@@ -1,5 +1,5 @@
-"""Numpy twins of ptx/src/attention.cu: paged decode (split-K, merged in the same launch),
-the legacy split combine, and causal prefill.
+"""Numpy twins of ptx/src/attention.cu: paged decode (split-K, merged in the same launch), the
+same with QK-norm + RoPE + the KV write folded in, the legacy split combine, and causal prefill.
 
 KV pools are bf16 [num_blocks, block_size, Hkv, D]; token t of a sequence lives in block
 ``block_table[t // block_size]`` at offset ``t % block_size``. Math is float32 like the kernels
@@ -14,8 +14,10 @@ import numpy as np
 
 from fixedgraph import bf16
 from fixedgraph.backends.reference.twins import twin
+from fixedgraph.backends.reference.twins.embed_norm import rms_norm_bf16
 
 DECODE_DIMS = (64, 96, 128, 256)
+DECODE_ROPE_DIMS = (64, 96, 128)  # the tensor-core body only
 PREFILL_DIMS = (64, 96, 128)
 _PREFILL_ROWS = 256  # query tokens per numpy step: bounds the [tokens, G, keys] score block
 
@@ -51,45 +53,60 @@ def _split_keys(n: int, S: int, block_size: int) -> tuple[int, int]:
     return kps, -(-n // kps)
 
 
+def _attend(mem, entry: str, out, o_part, ml_part, counters, qf: np.ndarray, k_pool, v_pool,
+            block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, S, scale,
+            current: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+    """Split-K decode of q ``qf`` (float32 [rows, Hkv, G, D]) over the pools, merged into ``out``.
+
+    ``current`` (k, v float32 [rows, Hkv, D], take bool [rows]): rows with take[r] use k[r], v[r]
+    as key seq_len[r] - 1 instead of the pools' contents (the fused RoPE entries).
+    """
+    G = Hq // Hkv
+    bt = mem.view(block_table, np.int32, rows * max_blocks).reshape(rows, max_blocks)
+    lens = np.clip(mem.view(seq_len, np.int32, rows).astype(np.int64), 0, max_blocks * block_size)
+    res = np.zeros((rows, Hkv, G, D), np.float32)
+    if S > 1:
+        ctr = mem.view(counters, np.uint32, rows * Hkv).reshape(rows, Hkv)
+        o_view = mem.view(o_part, np.float32, rows * Hq * S * D).reshape(rows, Hkv, G, S, D)
+        ml_view = mem.view(ml_part, np.float32, rows * Hq * S * 2).reshape(rows, Hkv, G, S, 2)
+    for r in range(rows):
+        n = int(lens[r])
+        kps, used = _split_keys(n, S, block_size)
+        if used == 0:
+            continue
+        if used > 1 and ctr[r].any():
+            raise ValueError(
+                f"{entry}: arrival counters of row {r} are {ctr[r].tolist()}, not 0: the counter "
+                f"scratch region must be zeroed once at boot (the kernel leaves it at 0 after every "
+                f"launch)")
+        kf, vf = _gather_kv(mem, k_pool, v_pool, bt[r], n, block_size, Hkv, D)
+        if current is not None and current[2][r]:
+            kf[:, n - 1], vf[:, n - 1] = current[0][r], current[1][r]
+        s = np.matmul(qf[r], kf.transpose(0, 2, 1)) * np.float32(scale)  # [Hkv, G, n]
+        parts = [_split_softmax(s[..., a : a + kps], vf[:, a : a + kps]) for a in range(0, n, kps)]
+        o = np.stack([p[0] for p in parts], axis=2)  # [Hkv, G, used, D]
+        m = np.stack([p[1] for p in parts], axis=2)  # [Hkv, G, used]
+        l = np.stack([p[2] for p in parts], axis=2)
+        if used == 1:
+            res[r] = o[:, :, 0]
+            continue
+        # What the splits leave in scratch (m in natural-log units), then the last arrival's merge.
+        o_view[r, :, :, :used] = o
+        ml_view[r, :, :, :used] = np.stack([m, l], axis=-1)
+        w = l * np.exp(m - m.max(axis=-1, keepdims=True))
+        res[r] = np.einsum("kgs,kgsd->kgd", w, o) / w.sum(axis=-1)[..., None]
+    mem.view(out, np.uint16, rows * Hq * D)[:] = bf16.from_f32(res.reshape(-1))
+
+
 def _decode(D_entry: int):
     def run(mem, grid, block, out, o_part, ml_part, counters, q, k_pool, v_pool, block_table,
             seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale):
+        entry = f"paged_attention_decode_d{D_entry}"
         if D != D_entry or Hkv < 1 or Hq % Hkv:
-            raise ValueError(f"paged_attention_decode_d{D_entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
-        G, S = Hq // Hkv, num_splits
-        bt = mem.view(block_table, np.int32, rows * max_blocks).reshape(rows, max_blocks)
-        lens = np.clip(mem.view(seq_len, np.int32, rows).astype(np.int64), 0, max_blocks * block_size)
-        qf = bf16.to_f32(mem.view(q, np.uint16, rows * Hq * D)).reshape(rows, Hkv, G, D)
-        res = np.zeros((rows, Hkv, G, D), np.float32)
-        if S > 1:
-            ctr = mem.view(counters, np.uint32, rows * Hkv).reshape(rows, Hkv)
-            o_view = mem.view(o_part, np.float32, rows * Hq * S * D).reshape(rows, Hkv, G, S, D)
-            ml_view = mem.view(ml_part, np.float32, rows * Hq * S * 2).reshape(rows, Hkv, G, S, 2)
-        for r in range(rows):
-            n = int(lens[r])
-            kps, used = _split_keys(n, S, block_size)
-            if used == 0:
-                continue
-            if used > 1 and ctr[r].any():
-                raise ValueError(
-                    f"paged_attention_decode_d{D_entry}: arrival counters of row {r} are "
-                    f"{ctr[r].tolist()}, not 0: the counter scratch region must be zeroed once at "
-                    f"boot (the kernel leaves it at 0 after every launch)")
-            kf, vf = _gather_kv(mem, k_pool, v_pool, bt[r], n, block_size, Hkv, D)
-            s = np.matmul(qf[r], kf.transpose(0, 2, 1)) * np.float32(scale)  # [Hkv, G, n]
-            parts = [_split_softmax(s[..., a : a + kps], vf[:, a : a + kps]) for a in range(0, n, kps)]
-            o = np.stack([p[0] for p in parts], axis=2)  # [Hkv, G, used, D]
-            m = np.stack([p[1] for p in parts], axis=2)  # [Hkv, G, used]
-            l = np.stack([p[2] for p in parts], axis=2)
-            if used == 1:
-                res[r] = o[:, :, 0]
-                continue
-            # What the splits leave in scratch (m in natural-log units), then the last arrival's merge.
-            o_view[r, :, :, :used] = o
-            ml_view[r, :, :, :used] = np.stack([m, l], axis=-1)
-            w = l * np.exp(m - m.max(axis=-1, keepdims=True))
-            res[r] = np.einsum("kgs,kgsd->kgd", w, o) / w.sum(axis=-1)[..., None]
-        mem.view(out, np.uint16, rows * Hq * D)[:] = bf16.from_f32(res.reshape(-1))
+            raise ValueError(f"{entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
+        qf = bf16.to_f32(mem.view(q, np.uint16, rows * Hq * D)).reshape(rows, Hkv, Hq // Hkv, D)
+        _attend(mem, entry, out, o_part, ml_part, counters, qf, k_pool, v_pool, block_table, seq_len,
+                rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale)
 
     run.__name__ = f"paged_attention_decode_d{D_entry}"
     return run
@@ -97,6 +114,59 @@ def _decode(D_entry: int):
 
 for _d in DECODE_DIMS:
     twin(f"paged_attention_decode_d{_d}")(_decode(_d))
+
+
+def _rotate_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """RoPE with pairs (i, i + D/2) in float32, every product and sum rounded (the unfused ops)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def _decode_rope(D_entry: int):
+    def run(mem, grid, block, out, o_part, ml_part, counters, qkv, q_norm, k_norm, rope, positions,
+            slots, k_pool, v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D,
+            num_splits, scale, eps):
+        entry = f"paged_attention_decode_rope_d{D_entry}"
+        if D != D_entry or Hkv < 1 or Hq % Hkv:
+            raise ValueError(f"{entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
+        if any(a % 16 for a in (qkv, q_norm, k_norm, rope, k_pool, v_pool)):
+            raise ValueError(f"{entry}: qkv, norms, rope and pools must be 16-byte aligned")
+        # qk_norm_rope_kv: q and k normed (optionally) and rotated in float32, stored bf16.
+        raw = mem.view(qkv, np.uint16, rows * (Hq + 2 * Hkv) * D).reshape(rows, -1, D)  # bf16 bits
+        x = bf16.to_f32(raw)
+        pos = mem.view(positions, np.uint32, rows).astype(np.int64)
+        table = mem.view(rope, np.float32, (int(pos.max()) + 1) * D).reshape(-1, D // 2, 2)
+        cos, sin = table[pos, :, 0][:, None, :], table[pos, :, 1][:, None, :]  # [rows, 1, D/2]
+        q, k = x[:, :Hq], x[:, Hq:Hq + Hkv]
+        if q_norm:
+            q = rms_norm_bf16(q, bf16.to_f32(mem.view(q_norm, np.uint16, D)), eps)
+        if k_norm:
+            k = rms_norm_bf16(k, bf16.to_f32(mem.view(k_norm, np.uint16, D)), eps)
+        q = bf16.round_f32(_rotate_half(q, cos, sin))  # [rows, Hq, D]: the CTA's s_q
+        k_bits = bf16.from_f32(_rotate_half(k, cos, sin))  # [rows, Hkv, D]
+        v_bits = raw[:, Hq + Hkv:]
+        # The KV write of the owning CTA of each (row, kv head); a negative slot writes nothing.
+        slot = mem.view(slots, np.int64, rows)
+        live = slot >= 0
+        if live.any():
+            n_slots = int(slot[live].max()) + 1
+            mem.view(k_pool, np.uint16, n_slots * Hkv * D).reshape(n_slots, Hkv, D)[slot[live]] = k_bits[live]
+            mem.view(v_pool, np.uint16, n_slots * Hkv * D).reshape(n_slots, Hkv, D)[slot[live]] = v_bits[live]
+        # Key seq_len - 1 comes from the CTA, not the pool, for rows that wrote it and attend it.
+        seq = mem.view(seq_len, np.int32, rows).astype(np.int64)
+        take = live & (seq >= 1) & (seq <= max_blocks * block_size)
+        current = (bf16.to_f32(k_bits), bf16.to_f32(v_bits), take)
+        _attend(mem, entry, out, o_part, ml_part, counters, q.reshape(rows, Hkv, Hq // Hkv, D), k_pool,
+                v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits,
+                scale, current)
+
+    run.__name__ = f"paged_attention_decode_rope_d{D_entry}"
+    return run
+
+
+for _d in DECODE_ROPE_DIMS:
+    twin(f"paged_attention_decode_rope_d{_d}")(_decode_rope(_d))
 
 
 @twin("paged_attention_combine")
