@@ -78,7 +78,7 @@ def cmd_profile(args) -> int:
     if args.trace:
         Path(args.trace).write_text(chrome_trace(res))
     if args.dot:
-        llm.runner.graphs.decode[(1, False)].dot(args.dot)
+        llm.runner.decode_graph(args.context + 1).dot(args.dot)
     return 0
 
 

@@ -96,7 +96,8 @@ def _eager_decode(llm, context: int):
         v["seq_len"][0] = context + 1
         v["block_table"][0, : len(table)] = table
         v["step"][0] = 1
-    bound = llm.device.bind(m.decode_program(1, False), llm.arena, {STAGING: r.staging, RING: r.ring})
+    bound = llm.device.bind(m.decode_program(1, False, m.ctx_bucket(context + 1)), llm.arena,
+                            {STAGING: r.staging, RING: r.ring})
     return seq, bound
 
 
@@ -127,7 +128,7 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
         nodes.append(NodeCost(i, b.op.label, b.entry.name, b.op.grid, b.op.block, statistics.median(per_op[i]),
                               nbytes, flops))
     # the graph itself: GPU time of a replay, then steady-state generation
-    g = llm.runner.graphs.decode[(1, False)]
+    g = llm.runner.decode_graph(context + 1)
     e0, e1 = drv.event_create(), drv.event_create()
     dev.synchronize()
     drv.event_record(e0, dev.stream)

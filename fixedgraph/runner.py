@@ -30,7 +30,7 @@ _STALL_S = 1e-3  # after this long without a token, synchronize (surfaces a devi
 
 @dataclass
 class Graphs:
-    decode: dict[tuple[int, bool], object]  # (width, sampling) -> graph
+    decode: dict[tuple[int, int, bool], object]  # (width, context bucket, sampling) -> graph
     prefill: dict[tuple[int, bool], object]  # (chunk bucket, sampling) -> graph
 
 
@@ -61,9 +61,10 @@ class Runner:
         host = {STAGING: self.staging, RING: self.ring}
         dec, pre = {}, {}
         for w in self.model.sizes.widths:
-            for sampling in (False, True):
-                bound = self.device.bind(self.model.decode_program(w, sampling), self.arena, host)
-                dec[(w, sampling)] = self.device.graph(bound)
+            for ctx in self.model.ctx_buckets:
+                for sampling in (False, True):
+                    bound = self.device.bind(self.model.decode_program(w, sampling, ctx), self.arena, host)
+                    dec[(w, ctx, sampling)] = self.device.graph(bound)
         for t in self.model.sizes.chunk_buckets:
             for sampling in (False, True):
                 bound = self.device.bind(self.model.prefill_program(t, sampling), self.arena, host)
@@ -84,6 +85,10 @@ class Runner:
         """Re-read the pass counter after passes launched outside the runner (profiling)."""
         self.device.synchronize()
         self.passes = int(self.arena.read("stage_counter")[0])
+
+    def decode_graph(self, num_keys: int, sampling: bool = False, width: int = 1):
+        """The decode graph a step with ``num_keys`` keys (position + 1) launches."""
+        return self.graphs.decode[(width, self.model.ctx_bucket(num_keys), sampling)]
 
     def _launch(self, graph) -> None:
         graph.launch()
@@ -135,7 +140,7 @@ class Runner:
             with nvtx.range("prefill"):
                 first = self._prefill(seq, prompt, params, seed, sampling)
             yield first
-            graph = self.graphs.decode[(1, sampling)]
+            bucket_of = m.ctx_bucket
             n = len(prompt)
             launched = consumed = 0  # decode steps (step numbers start at 1)
             max_steps = s.max_model_len - n  # positions n .. max_model_len-1
@@ -143,7 +148,7 @@ class Runner:
                 max_steps = min(max_steps, max(0, max_new_tokens - 1))
             # Per-slot views, filled once per request; per step only the scalars change.
             slots = [self._decode_slot_views(k) for k in range(self.num_slots)]
-            launch = graph.launch
+            bucket = -1
             table = self.alloc.block_table(seq)
             sample_row = sample_ops.pack_params([params.device_row(0, seed)])[0] if sampling else None
             for v in slots:
@@ -169,6 +174,9 @@ class Runner:
                     if sampling:
                         v["sample"][7] = step  # the RNG counter word of the sampling row
                     ring[step % ring_len] = _SENTINEL
+                    if pos >= bucket:  # the sequence outgrew its context bucket: the next graph
+                        bucket = bucket_of(pos + 1)
+                        launch = self.graphs.decode[(1, bucket, sampling)].launch
                     launch()
                     self.passes += 1
                     launched += 1
@@ -238,14 +246,13 @@ class Runner:
             self._prefill(seq, tokens[:prompt_len], greedy, 0, False)
             self.device.synchronize()
             out.append(self.arena.read("logits")[0].copy())
-            graph = self.graphs.decode[(1, False)]
             layout = m.decode_meta[1]
             eager_bound = None
             if eager:
                 from fixedgraph.models.dense import RING, STAGING
 
-                eager_bound = self.device.bind(m.decode_program(1, False), self.arena,
-                                               {STAGING: self.staging, RING: self.ring})
+                eager_bound = {c: self.device.bind(m.decode_program(1, False, c), self.arena,
+                                                   {STAGING: self.staging, RING: self.ring}) for c in m.ctx_buckets}
             for step, pos in enumerate(range(prompt_len, len(tokens)), start=1):
                 self.arena.write("tokens", np.array([tokens[pos]], dtype=np.int32))
                 v = layout.views(self._next_slot())
@@ -255,11 +262,12 @@ class Runner:
                 table = self.alloc.block_table(seq)
                 v["block_table"][0, : len(table)] = table
                 v["step"][0] = step
+                bucket = m.ctx_bucket(pos + 1)
                 if eager_bound is not None:
-                    self.device.run(eager_bound)
+                    self.device.run(eager_bound[bucket])
                     self.passes += 1
                 else:
-                    self._launch(graph)
+                    self._launch(self.graphs.decode[(1, bucket, False)])
                 self.device.synchronize()
                 out.append(self.arena.read("logits")[0].copy())
         finally:

@@ -38,7 +38,7 @@ from fixedgraph.weights.state_dict_source import StateDictSource  # noqa: E402
 def graph_replay_ms(llm: LLM, reps: int = 200) -> float:
     """GPU time of one decode graph replay (fixed metadata: the last step's staging slot)."""
     r = llm.runner
-    g = r.graphs.decode[(1, False)]
+    g = r.decode_graph(llm.model.sizes.max_model_len)  # the longest-context bucket
     dev = llm.device
     e0, e1 = drv.event_create(), drv.event_create()
     dev.synchronize()
@@ -77,7 +77,7 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         "floor_ms": floor_ms, "fraction_of_floor": floor_ms / (m.tpot_s * 1e3),
         "host_us_per_step": llm.runner.host_step_s / max(1, llm.runner.host_steps) * 1e6,
         "process_cpu_us_per_step_incl_wait": cpu / max(1, len(out.token_ids)) * 1e6,
-        "decode_nodes": llm.runner.graphs.decode[(1, False)].num_nodes,
+        "decode_nodes": llm.runner.decode_graph(prompt_len + 1).num_nodes,
     }
     ours = out.token_ids
     if profile_dir:

@@ -32,6 +32,7 @@ class Sizes:
     max_model_len: int  # longest sequence (prompt + output)
     ring_len: int  # steps the mapped token ring holds
     staging_slots: int = 6  # metadata slots in pinned staging (passes in flight + 2)
+    ctx_buckets: tuple[int, ...] = (128, 512, 2048, 8192)  # decode graphs per context bucket
 
     def __post_init__(self) -> None:
         assert self.widths and list(self.widths) == sorted(set(self.widths)) and self.widths[0] >= 1
@@ -58,7 +59,11 @@ class DenseDecoder:
         self.scale = 1.0 / math.sqrt(self.D)
         self.decode_meta = {w: MetaLayout(w, w, sizes.max_blocks) for w in sizes.widths}
         self.prefill_meta = {t: MetaLayout(t, 1, sizes.max_blocks) for t in sizes.chunk_buckets}
-        self.splits = {w: attention.choose_num_splits(sizes.max_model_len, w, self.Hkv) for w in sizes.widths}
+        # Decode graphs exist per (width, context bucket): a graph's attention split count is fixed,
+        # and the best count grows with the context (few keys: one CTA per kv head, no merge).
+        self.ctx_buckets = tuple(sorted({b for b in sizes.ctx_buckets if b < sizes.max_model_len}
+                                        | {sizes.max_model_len}))
+        self.splits = {(w, c): self._num_splits(w, c) for w in sizes.widths for c in self.ctx_buckets}
         layouts = list(self.decode_meta.values()) + list(self.prefill_meta.values())
         self.slot_bytes = (max(l.nbytes for l in layouts) + 255) // 256 * 256  # one staging slot
 
@@ -104,7 +109,8 @@ class DenseDecoder:
         p.add("stage_counter", (1,), "u32")  # passes launched so far: picks the staging slot
         for w in s.widths:
             p.add(f"meta.decode.{w}", (self.decode_meta[w].nbytes,), "u8")
-            for name, (shape, dtype) in attention.decode_scratch(w, self.Hq, D, self.splits[w], self.Hkv).items():
+            S = max(self.splits[(w, c)] for c in self.ctx_buckets)  # one scratch serves every bucket
+            for name, (shape, dtype) in attention.decode_scratch(w, self.Hq, D, S, self.Hkv).items():
                 p.add(f"scratch.{w}.{name}", shape, dtype)
         for t in s.chunk_buckets:
             p.add(f"meta.prefill.{t}", (self.prefill_meta[t].nbytes,), "u8")
@@ -162,10 +168,20 @@ class DenseDecoder:
                                 mref("slot"), Ref(L + "k_pool"), Ref(L + "v_pool"), rows, self.Hq,
                                 self.Hkv, self.D, c.rms_norm_eps, label=f"{L}qk_norm_rope_kv")
 
-    def _attend_rope(self, prog: Program, L: str, i: int, rows: int, mref) -> None:
-        """QK-norm + RoPE + KV write + decode attention of layer ``i`` in one launch: the fused
-        decode path's replacement of ``_rope`` followed by ``decode_program``'s ``attend``."""
-        c, s, S = self.cfg, self.sizes, self.splits[rows]
+    def _num_splits(self, width: int, ctx: int) -> int:
+        return 1 if ctx <= 128 else attention.choose_num_splits(ctx, width, self.Hkv)
+
+    def ctx_bucket(self, num_keys: int) -> int:
+        """The smallest context bucket holding ``num_keys`` keys (the decode graph to launch)."""
+        for b in self.ctx_buckets:
+            if num_keys <= b:
+                return b
+        raise ValueError(f"{num_keys} keys exceed the context of {self.sizes.max_model_len}")
+
+    def _attend_rope(self, prog: Program, L: str, i: int, rows: int, mref, S: int) -> None:
+        """QK-norm + RoPE + KV write + decode attention of layer ``i`` in one launch, with ``S``
+        key splits (merged in-kernel by the last CTA to arrive)."""
+        c, s = self.cfg, self.sizes
         scratch = {n: Ref(f"scratch.{rows}.{n}") for n in attention.decode_scratch(rows, self.Hq, self.D, S, self.Hkv)}
         attention.attention_decode_rope(
             prog, Ref("attn"), Ref("qkv"), Ref(L + "q_norm") if c.qk_norm else None,
@@ -174,7 +190,7 @@ class DenseDecoder:
             s.max_blocks, s.block_size, self.Hq, self.Hkv, self.D, self.scale, c.rms_norm_eps, S,
             label=f"{L}qk_norm_rope+attention")
 
-    def _fused_layers(self, prog: Program, rows: int, mref, attend) -> str:
+    def _fused_layers(self, prog: Program, rows: int, mref, S: int) -> str:
         """The decode layers with each norm folded into the GEMV after it and SiLU*up into the
         down projection (rows <= 8). The residual stream ping-pongs between ``hidden`` and
         ``hidden2`` (a fused GEMV reads one and one CTA writes the other); returns the region
@@ -189,7 +205,7 @@ class DenseDecoder:
                               rows, self.QKV, H, c.rms_norm_eps, label=f"{L}norm+qkv_proj")
             if i:
                 cur, other = other, cur
-            self._attend_rope(prog, L, i, rows, mref)
+            self._attend_rope(prog, L, i, rows, mref, S)
             gemv.gemv(prog, Ref("delta"), Ref("attn"), Ref(L + "o_w"), None, rows, H, self.Hq * D, label=f"{L}o_proj")
             gemv.gemv_rmsnorm(prog, Ref("gate_up"), Ref(cur), Ref("delta"), Ref(other), Ref(L + "post_norm"),
                               Ref(L + "gate_up_w"), None, rows, 2 * I, H, c.rms_norm_eps,
@@ -218,31 +234,23 @@ class DenseDecoder:
         meta_ops.stage_meta_ring(prog, Ref(region), HostPtr(STAGING), Ref("stage_counter"), self.slot_bytes,
                                  self.sizes.staging_slots, nbytes)
 
-    def decode_program(self, width: int, sampling: bool) -> Program:
-        """One decode step for ``width`` rows (one token per sequence; padding rows included).
+    def decode_program(self, width: int, sampling: bool, ctx: int | None = None) -> Program:
+        """One decode step for ``width`` rows (one token per sequence; padding rows included) whose
+        sequences hold at most ``ctx`` keys (a context bucket; default: the whole context).
 
         Op 0 copies staging slot (passes launched % staging_slots) to the metadata region.
         """
         layout, region = self.decode_meta[width], f"meta.decode.{width}"
-        s = self.sizes
+        ctx = ctx or self.ctx_buckets[-1]
 
         def mref(name: str) -> Ref:
             return Ref(region, layout.offset(name))
 
-        prog = Program(f"decode.w{width}.{'sample' if sampling else 'greedy'}")
+        prog = Program(f"decode.w{width}.c{ctx}.{'sample' if sampling else 'greedy'}")
         self._stage(prog, region, layout.nbytes)
         embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
                                 label="embed")
-        S = self.splits[width]
-        scratch = {n: Ref(f"scratch.{width}.{n}") for n in attention.decode_scratch(width, self.Hq, self.D, S, self.Hkv)}
-
-        def attend(p: Program, i: int) -> None:
-            attention.attention_decode(p, Ref("attn"), Ref("q"), Ref(f"L{i}.k_pool"), Ref(f"L{i}.v_pool"),
-                                       mref("block_table"), mref("seq_len"), scratch or None, width,
-                                       s.max_blocks, s.block_size, self.Hq, self.Hkv, self.D, self.scale, S,
-                                       label=f"L{i}.attention")
-
-        cur = self._fused_layers(prog, width, mref, attend)
+        cur = self._fused_layers(prog, width, mref, self.splits[(width, ctx)])
         head = Ref("embed") if self.cfg.tie_word_embeddings else Ref("lm_head")
         gemv.gemv_rmsnorm(prog, Ref("logits"), Ref(cur), Ref("delta"), None, Ref("final_norm"), head, None, width,
                           self.V, self.H, self.cfg.rms_norm_eps, out_f32=True, label="final_norm+lm_head")

@@ -17,3 +17,8 @@ def test_greedy_64_tokens_identical(name, cuda, tmp_path, rng):
 def test_graph_replay_bitwise_equals_eager(cuda, tmp_path, rng):
     llm, _, tokens = check_teacher_forced("tiny-qwen3", "cuda", tmp_path, rng, prompt_len=128, n_new=16, chunk=128)
     check_graph_equals_eager(llm, tokens, 128)
+
+
+def test_decode_across_context_buckets(cuda, tmp_path, rng):
+    # keys 101..160 cross the 128-key bucket, where the runner switches to a graph with more splits
+    check_teacher_forced("qwen3-0.6b", "cuda", tmp_path, rng, prompt_len=100, n_new=60, chunk=64)
