@@ -34,7 +34,8 @@ def check_teacher_forced(name, backend, tmp_path, rng, prompt_len, n_new, chunk,
     res = compare_teacher_forced(llm, model, tokens, prompt_len)
     print(f"{name} on {backend}: {res}")
     assert res["max_rel_err"] <= max(tol, 1.25 * res["hf_bf16_max_rel_err"]), res
-    assert all(m < 0.1 for m in res["disagree_margins"]), res  # argmax may differ only at near-ties
+    # argmax may differ only at near-ties: a top-2 margin within a few RMS logit errors
+    assert all(m < 8.0 for m in res["disagree_margin_in_errors"]), res
     return llm, model, tokens
 
 

@@ -47,5 +47,8 @@ def compare_teacher_forced(llm, model, tokens: list[int], prompt_len: int) -> di
     return {"max_rel_err": float(errs.max()), "mean_rel_err": float(errs.mean()),
             "hf_bf16_max_rel_err": float(floor.max()), "hf_bf16_mean_rel_err": float(floor.mean()),
             "steps": len(errs), "argmax_agree": float(np.mean(~differ)),
-            # float32 top-1 minus top-2 logit where our argmax differs: only near-ties may differ
-            "disagree_margins": [float(x) for x in (top2[:, 1] - top2[:, 0])[differ]]}
+            # float32 top-1 minus top-2 logit where our argmax differs, in units of that step's RMS
+            # logit error: only near-ties (a few errors wide) may legitimately differ
+            "disagree_margins": [float(x) for x in (top2[:, 1] - top2[:, 0])[differ]],
+            "disagree_margin_in_errors": [float(x) for x in ((top2[:, 1] - top2[:, 0]) / np.maximum(
+                np.sqrt(np.mean((ours - ref) ** 2, axis=-1)), 1e-30))[differ]]}
