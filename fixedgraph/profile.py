@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -34,6 +33,27 @@ class NodeCost:
     @property
     def gbps(self) -> float:
         return self.bytes / (self.us * 1e3) if self.us > 0 else 0.0
+
+
+def gpu_ms(device, fn, reps: int, warmup: int = 1) -> float:
+    """Mean GPU ms of ``fn()`` (something that enqueues work on ``device.stream``), timed with
+    events around ``reps`` back-to-back calls after ``warmup`` untimed ones."""
+    from fixedgraph import _driver as drv
+
+    e0, e1 = drv.event_create(), drv.event_create()
+    try:
+        for _ in range(warmup):
+            fn()
+        device.synchronize()
+        drv.event_record(e0, device.stream)
+        for _ in range(reps):
+            fn()
+        drv.event_record(e1, device.stream)
+        drv.event_synchronize(e1)
+        return drv.event_elapsed_ms(e0, e1) / reps
+    finally:
+        drv.event_destroy(e0)
+        drv.event_destroy(e1)
 
 
 def node_cost(b: BoundLaunch, context: int) -> tuple[int, int]:
@@ -129,17 +149,10 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
                               nbytes, flops))
     # the graph itself: GPU time of a replay, then steady-state generation
     g = llm.runner.decode_graph(context + 1)
-    e0, e1 = drv.event_create(), drv.event_create()
-    dev.synchronize()
-    drv.event_record(e0, dev.stream)
-    for _ in range(reps):
-        g.launch()
-    drv.event_record(e1, dev.stream)
-    drv.event_synchronize(e1)
-    graph_us = drv.event_elapsed_ms(e0, e1) * 1e3 / reps
+    graph_us = gpu_ms(dev, g.launch, reps, warmup=0) * 1e3
     llm.runner.alloc.free(seq)
     llm.runner.resync()
-    for e in events + [e0, e1]:
+    for e in events:
         drv.event_destroy(e)
     r = llm.runner
     r.host_step_s, r.host_steps = 0.0, 0
@@ -184,7 +197,7 @@ def format_table(res: dict, top: int = 25) -> str:
         gbps = nbytes / (us * 1e3) if us else 0
         lines.append(f"{entry:<28} {n:>4} {us:>9.1f} {us / total * 100:>5.1f}% {gbps:>7.0f} "
                      f"{gbps / bw * 100 if bw else 0:>5.0f}%")
-    lines.append(f"slowest nodes:")
+    lines.append("slowest nodes:")
     for x in sorted(res["nodes"], key=lambda x: -x["us"])[:top]:
         lines.append(f"  {x['index']:>4} {x['label'][:30]:<30} {x['entry']:<26} {x['us']:>8.1f} us "
                      f"{x['gbps']:>6.0f} GB/s grid {x['grid'][0]}")
@@ -205,8 +218,6 @@ def chrome_trace(res: dict) -> str:
 def prefill_timing(llm, tokens: int = 128, reps: int = 20) -> dict:
     """GPU ms of one prefill chunk of ``tokens`` tokens run as its graph vs eagerly through the
     Cython launch loop (the same bound program), on the CUDA backend."""
-    from fixedgraph import _driver as drv
-
     r, m, dev = llm.runner, llm.model, llm.device
     T = next(b for b in m.sizes.chunk_buckets if b >= tokens)
     seq = r._next_seq
@@ -228,22 +239,8 @@ def prefill_timing(llm, tokens: int = 128, reps: int = 20) -> dict:
         v["step"][0] = 0
     graph = r.graphs.prefill[(T, False)]
     bound = dev.bind(m.prefill_program(T, False), llm.arena, {STAGING: r.staging, RING: r.ring})
-    e0, e1 = drv.event_create(), drv.event_create()
-
-    def timed(fn) -> float:
-        fn()
-        dev.synchronize()
-        drv.event_record(e0, dev.stream)
-        for _ in range(reps):
-            fn()
-        drv.event_record(e1, dev.stream)
-        drv.event_synchronize(e1)
-        return drv.event_elapsed_ms(e0, e1) / reps
-
-    out = {"tokens": tokens, "bucket": T, "launches": bound.oplist.n, "graph_ms": timed(graph.launch),
-           "eager_ms": timed(lambda: dev.run(bound))}
+    out = {"tokens": tokens, "bucket": T, "launches": bound.oplist.n, "graph_ms": gpu_ms(dev, graph.launch, reps),
+           "eager_ms": gpu_ms(dev, lambda: dev.run(bound), reps)}
     r.alloc.free(seq)
     r.resync()
-    for e in (e0, e1):
-        drv.event_destroy(e)
     return out

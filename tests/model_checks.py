@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from fixedgraph.engine import LLM
-from fixedgraph.models.config import ModelConfig
 from fixedgraph.sampling import SamplingParams
 
 

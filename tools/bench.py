@@ -27,9 +27,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import peers  # noqa: E402
-from fixedgraph import _driver as drv  # noqa: E402
 from fixedgraph.engine import LLM  # noqa: E402
 from fixedgraph.models.config import ModelConfig  # noqa: E402
+from fixedgraph.profile import gpu_ms  # noqa: E402
 from fixedgraph.sampling import SamplingParams  # noqa: E402
 from fixedgraph.testing.checkpoints import random_model  # noqa: E402
 from fixedgraph.weights.state_dict_source import StateDictSource  # noqa: E402
@@ -39,16 +39,9 @@ def graph_replay_ms(llm: LLM, reps: int = 200) -> float:
     """GPU time of one decode graph replay (fixed metadata: the last step's staging slot)."""
     r = llm.runner
     g = r.decode_graph(llm.model.sizes.max_model_len)  # the longest-context bucket
-    dev = llm.device
-    e0, e1 = drv.event_create(), drv.event_create()
-    dev.synchronize()
-    drv.event_record(e0, dev.stream)
-    for _ in range(reps):
-        g.launch()
-    drv.event_record(e1, dev.stream)
-    drv.event_synchronize(e1)
+    ms = gpu_ms(llm.device, g.launch, reps, warmup=0)
     r.resync()
-    return drv.event_elapsed_ms(e0, e1) / reps
+    return ms
 
 
 def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: int,

@@ -9,7 +9,6 @@ replay path allocates no Python objects.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import statistics
@@ -17,11 +16,9 @@ import sys
 import time
 import tracemalloc
 
-import numpy as np
-
-from fixedgraph import _driver as drv
 from fixedgraph.backends.cuda import CudaDevice
 from fixedgraph.layout import ArenaPlan
+from fixedgraph.profile import gpu_ms
 from fixedgraph.program import Program, Ref, Staging
 
 
@@ -46,15 +43,7 @@ def host_us_per_launch(fn, batch: int, trials: int, sync) -> float:
 
 
 def gpu_us(dev: CudaDevice, fn, reps: int) -> float:
-    e0, e1 = drv.event_create(), drv.event_create()
-    fn()
-    dev.synchronize()
-    drv.event_record(e0, dev.stream)
-    for _ in range(reps):
-        fn()
-    drv.event_record(e1, dev.stream)
-    drv.event_synchronize(e1)
-    return drv.event_elapsed_ms(e0, e1) * 1e3 / reps
+    return gpu_ms(dev, fn, reps) * 1e3
 
 
 def main() -> int:

@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from fixedgraph import ptx as ptxmod
-from fixedgraph.backends.base import (Arena, Bound, BoundCopy, BoundLaunch, HostBuffer, LaunchFault,
+from fixedgraph.backends.base import (Arena, Bound, BoundLaunch, HostBuffer, LaunchFault,
                                       bind, describe_launch)
 from fixedgraph.errors import CudaError
 from fixedgraph.layout import ArenaPlan

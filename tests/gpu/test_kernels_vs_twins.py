@@ -1,5 +1,4 @@
 """Every kernel case on the GPU, eager and as a graph, against its numpy twin and its formula."""
-import numpy as np
 import pytest
 
 from fixedgraph.backends.reference import ReferenceDevice
