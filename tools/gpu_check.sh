@@ -3,7 +3,7 @@
 # under compute-sanitizer memcheck, run the benchmarks. Logs and JSON go under $OUT; a short
 # table is printed last.
 #
-#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime model all (default all)
+#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model all (default all)
 set -u
 OUT=${OUT:-/tmp/fixedgraph_out}
 mkdir -p "$OUT"
@@ -43,6 +43,11 @@ if want runtime; then
   python3 tools/bench_runtime.py --json "$OUT/bench_runtime.json" > "$OUT/bench_runtime.log" 2>&1
   note "bench_runtime rc=$?"
   cat "$OUT/bench_runtime.log"
+fi
+if want kernels; then
+  python3 tools/bench_kernels.py --json "$OUT/bench_kernels.json" > "$OUT/bench_kernels.log" 2>&1
+  note "bench_kernels rc=$?"
+  cat "$OUT/bench_kernels.log" | tail -30
 fi
 if want model && [ -f tools/bench.py ]; then
   mkdir -p "$OUT/prof"

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Kernel speed against the memory floor, one kernel at a time (issue 4's per-kernel targets).
+
+    python tools/bench_kernels.py [--json out.json] [--smoke]
+
+GEMV (plain and fused) on the weight shapes of Qwen3-0.6B, Qwen3-8B and Llama-3-8B, batch 1;
+paged decode attention at 4k-32k keys (Hkv 8, D 128, GQA 4). Each case is a graph of many
+launches over rotating copies of the operands (more bytes than L2 holds), timed with events;
+the table gives µs per launch, GB/s and the fraction of the copy bandwidth measured in the same
+run. ``--smoke`` runs tiny shapes on the reference backend to check the programs only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fixedgraph import bf16  # noqa: E402
+from fixedgraph.backends import get_device  # noqa: E402
+from fixedgraph.layout import ArenaPlan  # noqa: E402
+from fixedgraph.ops import attention, gemv  # noqa: E402
+from fixedgraph.program import Program, Ref  # noqa: E402
+
+L2_BYTES = 60 << 20
+GEMV_SHAPES = {  # (N, K) per model: qkv, o_proj, gate_up, down
+    "qwen3-0.6b": [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)],
+    "qwen3-8b": [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)],
+    "llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)],
+}
+
+
+def copies_for(nbytes: int, smoke: bool) -> int:
+    return 2 if smoke else max(2, -(-3 * L2_BYTES // nbytes))
+
+
+def fill(arena, name: str, rng) -> None:
+    r = arena.plan[name]
+    n = r.numel
+    if r.dtype == "bf16":
+        arena.write(name, bf16.from_f32(rng.standard_normal(min(n, 1 << 22)).astype(np.float32) * 0.05)
+                    .repeat(-(-n // min(n, 1 << 22)))[:n].reshape(r.shape))
+    else:
+        arena.write(name, rng.standard_normal(n).astype(np.float32).reshape(r.shape))
+
+
+def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng) -> dict:
+    wbytes = N * K * 2
+    c = copies_for(wbytes, smoke)
+    plan = ArenaPlan()
+    for i in range(c):
+        plan.add(f"w{i}", (N, K), "bf16")
+    plan.add("x", (1, K), "bf16")
+    plan.add("h0", (1, K), "f32")
+    plan.add("h1", (1, K), "f32")
+    plan.add("gu", (1, 2 * K), "bf16")
+    plan.add("nw", (K,), "bf16")
+    plan.add("out", (1, N), "bf16")
+    arena = dev.arena(plan)
+    for name in plan.regions:
+        fill(arena, name, rng)
+    prog = Program(f"gemv.{kind}.{N}x{K}")
+    for i in range(c):
+        w = Ref(f"w{i}")
+        if kind == "plain":
+            gemv.gemv(prog, Ref("out"), Ref("x"), w, None, 1, N, K)
+        elif kind == "rmsnorm":
+            gemv.gemv_rmsnorm(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1, N, K, 1e-6)
+        else:
+            gemv.gemv_silu(prog, Ref("out"), Ref("gu"), w, None, 1, N, K)
+    return {"kernel": f"gemv_{kind}", "shape": f"{N}x{K}", "bytes": wbytes, **time_program(dev, prog, arena, c, smoke)}
+
+
+def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8, D: int = 128, bs: int = 16) -> dict:
+    nblocks = -(-ctx // bs)
+    kv_bytes = ctx * Hkv * D * 2 * 2
+    c = copies_for(kv_bytes, smoke)
+    S = attention.choose_num_splits(ctx, 1, Hkv)
+    plan = ArenaPlan()
+    for i in range(c):
+        plan.add(f"k{i}", (nblocks + 1, bs, Hkv, D), "bf16")
+        plan.add(f"v{i}", (nblocks + 1, bs, Hkv, D), "bf16")
+    plan.add("q", (1, Hq * D), "bf16")
+    plan.add("out", (1, Hq * D), "bf16")
+    plan.add("bt", (1, nblocks), "i32")
+    plan.add("len", (1,), "i32")
+    for name, (shape, dtype) in attention.decode_scratch(1, Hq, D, S, Hkv).items():
+        plan.add(name, shape, dtype)
+    arena = dev.arena(plan)
+    for name in plan.regions:
+        if name.startswith(("k", "v", "q")):
+            fill(arena, name, rng)
+    arena.write("bt", (rng.permutation(nblocks) + 1).astype(np.int32).reshape(1, nblocks))
+    arena.write("len", np.array([ctx], np.int32))
+    for name in attention.decode_scratch(1, Hq, D, S, Hkv):
+        arena.fill(name, 0)
+    scratch = {n: Ref(n) for n in attention.decode_scratch(1, Hq, D, S, Hkv)} or None
+    prog = Program(f"attention.{ctx}")
+    for i in range(c):
+        attention.attention_decode(prog, Ref("out"), Ref("q"), Ref(f"k{i}"), Ref(f"v{i}"), Ref("bt"), Ref("len"),
+                                   scratch, 1, nblocks, bs, Hq, Hkv, D, D ** -0.5, S)
+    return {"kernel": "attention_decode", "shape": f"ctx {ctx} S {S}", "bytes": kv_bytes,
+            **time_program(dev, prog, arena, c, smoke)}
+
+
+def time_program(dev, prog, arena, launches: int, smoke: bool) -> dict:
+    graph = dev.graph(dev.bind(prog, arena))
+    if smoke:
+        graph.launch()
+        return {"us": float("nan")}
+    from fixedgraph.profile import gpu_ms
+
+    us = gpu_ms(dev, graph.launch, 20, warmup=2) * 1e3 / launches
+    dev.free(arena.base)
+    return {"us": us}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    dev = get_device("reference" if args.smoke else "cuda")
+    rows = []
+    if args.smoke:
+        rows.append(bench_gemv(dev, 64, 96, "plain", True, rng))
+        rows.append(bench_gemv(dev, 64, 96, "rmsnorm", True, rng))
+        rows.append(bench_gemv(dev, 64, 96, "silu", True, rng))
+        rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64))
+        print(f"smoke ok: {len(rows)} programs ran on the reference backend")
+        return 0
+    import torch  # the copy-bandwidth ceiling, measured the same way as tools/bench.py
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import peers
+
+    copy = peers.copy_bandwidth_GBps()
+    del torch
+    for model, shapes in GEMV_SHAPES.items():
+        for i, (N, K) in enumerate(shapes):
+            kinds = ["plain"] + (["rmsnorm"] if i in (0, 2) else []) + (["silu"] if i == 3 else [])
+            for kind in kinds:
+                r = bench_gemv(dev, N, K, kind, False, rng)
+                r["model"] = model
+                rows.append(r)
+    for ctx in (4096, 8192, 16384, 32768):
+        rows.append(bench_attention(dev, ctx, False, rng))
+    print(f"copy bandwidth {copy:.0f} GB/s")
+    print(f"{'kernel':<18} {'shape':<16} {'MB':>8} {'us':>9} {'GB/s':>7} {'of copy':>8}")
+    for r in rows:
+        r["GBps"] = r["bytes"] / (r["us"] * 1e3)
+        r["fraction"] = r["GBps"] / copy
+        print(f"{r['kernel']:<18} {r['shape']:<16} {r['bytes'] / 1e6:>8.1f} {r['us']:>9.2f} {r['GBps']:>7.0f} "
+              f"{r['fraction'] * 100:>7.0f}%")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"copy_GBps": copy, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
