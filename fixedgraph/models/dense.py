@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fixedgraph.errors import UnsupportedModel
 from fixedgraph.layout import ArenaPlan
 from fixedgraph.models.config import ModelConfig
 from fixedgraph.models.meta import MetaLayout
@@ -56,6 +57,12 @@ class DenseDecoder:
         self.H, self.V, self.I = c.hidden_size, c.vocab_size, c.intermediate_size
         self.Hq, self.Hkv, self.D = c.num_heads, c.num_kv_heads, c.head_dim
         self.QKV = (self.Hq + 2 * self.Hkv) * self.D
+        dims = sorted(set(attention.DECODE_ROPE_HEAD_DIMS) & set(attention.PREFILL_HEAD_DIMS))
+        if self.D not in dims:
+            raise UnsupportedModel(f"head_dim {self.D} is not supported by the attention kernels (supported: "
+                                   f"{', '.join(map(str, dims))}); add an entry in ptx/src/attention.cu")
+        if self.Hq % self.Hkv:
+            raise UnsupportedModel(f"{self.Hq} query heads are not a multiple of {self.Hkv} kv heads")
         self.scale = 1.0 / math.sqrt(self.D)
         self.decode_meta = {w: MetaLayout(w, w, sizes.max_blocks) for w in sizes.widths}
         self.prefill_meta = {t: MetaLayout(t, 1, sizes.max_blocks) for t in sizes.chunk_buckets}

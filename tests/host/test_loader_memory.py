@@ -43,3 +43,14 @@ def test_host_peak_is_near_the_largest_tensor(rng):
     assert total > 4 * largest  # the bound above is meaningful: the model is much larger
     got = arena.read("L2.gate_up_w")
     assert got.shape == (2 * 1376, 512) and got.any()
+
+
+def test_unsupported_head_dim_is_refused_clearly():
+    import pytest
+
+    from fixedgraph.errors import UnsupportedModel
+
+    cfg = ModelConfig(arch="qwen3", vocab_size=100, hidden_size=64, intermediate_size=64, num_layers=1,
+                      num_heads=2, num_kv_heads=1, head_dim=48)
+    with pytest.raises(UnsupportedModel, match="head_dim 48 .*supported: 64, 96, 128"):
+        DenseDecoder(cfg, Sizes((1,), (16,), 16, 8, 64, 16))
