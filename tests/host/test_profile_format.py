@@ -1,0 +1,44 @@
+"""The profiler's cost model and outputs (the GPU measurement itself runs in tests/gpu/bench)."""
+import json
+
+from fixedgraph.backends.base import bind
+from fixedgraph.backends.reference import ReferenceDevice
+from fixedgraph.models.config import ModelConfig
+from fixedgraph.models.dense import DenseDecoder, Sizes
+from fixedgraph.profile import by_entry, chrome_trace, format_table, node_cost
+
+
+def decode_costs(ctx: int):
+    cfg = ModelConfig(arch="qwen3", vocab_size=1000, hidden_size=256, intermediate_size=512, num_layers=2,
+                      num_heads=4, num_kv_heads=2, head_dim=64)
+    m = DenseDecoder(cfg, Sizes((1,), (16,), 16, 40, 512, 16))
+    dev = ReferenceDevice()
+    arena = dev.arena(m.plan())
+    host = {"staging": dev.alloc_host(6 * m.slot_bytes), "ring": dev.alloc_host(4 * 16)}
+    bound = bind(m.decode_program(1, False, m.ctx_bucket(ctx)), arena, host)
+    return cfg, [(b.entry.name, *node_cost(b, ctx)) for b in bound.ops]
+
+
+def test_cost_model_counts_every_weight_once():
+    cfg, costs = decode_costs(100)
+    H, I, V, D = 256, 512, 1000, 64
+    weights = cfg.num_layers * (H * (4 + 2 * 2) * D + H * 4 * D + 2 * I * H + H * I) * 2 + V * H * 2
+    gemv_bytes = sum(b for e, b, _ in costs if e.startswith("gemv"))
+    assert weights <= gemv_bytes < weights * 1.05  # weights dominate; activations are small
+    attn = [b for e, b, _ in costs if e.startswith("paged_attention")]
+    assert len(attn) == cfg.num_layers and all(b >= 100 * 2 * D * 2 * 2 for b in attn)
+
+
+def test_table_and_trace():
+    nodes = [{"index": i, "label": f"L0.n{i}", "entry": e, "grid": (8, 1, 1), "block": (256, 1, 1), "us": us,
+              "bytes": b, "flops": 0, "gbps": b / (us * 1e3)}
+             for i, (e, us, b) in enumerate([("gemv_bf16", 10.0, 40_000_000), ("gemv_bf16", 5.0, 10_000_000),
+                                             ("argmax_rows", 2.0, 600_000)])]
+    res = {"context": 128, "launches_per_step": 3, "graph_step_gpu_us": 15.0, "tpot_us": 16.0,
+           "gpu_idle_between_steps_us": 1.0, "host_us_per_step": 3.0, "bytes_per_step": 50_600_000,
+           "copy_GBps": 4000.0, "floor_us": 12.65, "sum_node_us": 17.0, "nodes": nodes}
+    assert by_entry(res)[0] == ("gemv_bf16", 2, 15.0, 50_000_000)
+    table = format_table(res)
+    assert "gemv_bf16" in table and "84% of floor" in table
+    trace = json.loads(chrome_trace(res))["traceEvents"]
+    assert [e["ts"] for e in trace] == [0.0, 10.0, 15.0] and trace[0]["dur"] == 10.0
