@@ -25,7 +25,7 @@ from fixedgraph.ops import sample as sample_ops
 from fixedgraph.sampling import SamplingParams
 
 _SENTINEL = -1
-_STALL_S = 1e-3  # after this long without a token, synchronize (surfaces a device fault)
+_POLL_S = 2e-4  # between stream queries while a token is awaited (a query surfaces a device fault)
 
 
 @dataclass
@@ -101,18 +101,24 @@ class Runner:
                 "table": v["block_table"][0], "sample": v["sample"][0]}
 
     def _wait_token(self, step: int, row: int = 0, width: int = 1) -> int:
+        """Spin on the mapped ring until step ``step`` publishes row ``row``'s token. After
+        _POLL_S without it, ask the stream (never blocking, so the steps queued behind this one
+        keep the GPU busy) whether it still runs or has faulted; a stream that finished without
+        the token is an error."""
         idx = (step % self.model.sizes.ring_len) * width + row
-        t0 = time.perf_counter()
+        ring = self.ring_i32
+        t_next = time.perf_counter() + _POLL_S
         while True:
-            tok = int(self.ring_i32[idx])
+            tok = int(ring[idx])
             if tok != _SENTINEL:
                 return tok
-            if time.perf_counter() - t0 > _STALL_S:
-                self.device.synchronize()  # raises if the stream faulted; then the token is there
-                tok = int(self.ring_i32[idx])
-                if tok == _SENTINEL:
-                    raise FixedGraphError(f"decode step {step} finished without publishing a token")
-                return tok
+            if time.perf_counter() >= t_next:
+                if self.device.idle():  # raises if the stream faulted
+                    tok = int(ring[idx])
+                    if tok == _SENTINEL:
+                        raise FixedGraphError(f"decode step {step} finished without publishing a token")
+                    return tok
+                t_next = time.perf_counter() + _POLL_S
 
     # ---- a sequence --------------------------------------------------------------------------
 

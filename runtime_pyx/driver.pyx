@@ -244,6 +244,16 @@ def stream_synchronize(size_t s):
     check(r, "cuStreamSynchronize")
 
 
+def stream_query(size_t s):
+    """True when all work queued on stream ``s`` has completed, False while some is pending;
+    raises CudaError when that work faulted. Never blocks."""
+    cdef CUresult r = cydriver.cuStreamQuery(<cydriver.CUstream>s)
+    if r == cydriver.CUDA_ERROR_NOT_READY:
+        return False
+    check(r, "cuStreamQuery")
+    return True
+
+
 def event_create(bint timing=True):
     cdef cydriver.CUevent e
     check(cydriver.cuEventCreate(&e, 0 if timing else cydriver.CU_EVENT_DISABLE_TIMING), "cuEventCreate")

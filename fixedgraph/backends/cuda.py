@@ -17,7 +17,6 @@ from fixedgraph.errors import CudaError
 from fixedgraph.layout import ArenaPlan
 from fixedgraph.program import Program
 
-_STATIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 
 
 def _driver():
@@ -80,6 +79,10 @@ class CudaDevice:
     def synchronize(self) -> None:
         self.drv.stream_synchronize(self.stream)
 
+    def idle(self) -> bool:
+        """True when the stream has run everything queued; raises if that work faulted. Never blocks."""
+        return self.drv.stream_query(self.stream)
+
     # kernels
     def function(self, module: str, entry: str) -> int:
         f = self._functions.get(entry)
@@ -99,7 +102,9 @@ class CudaDevice:
 
     def _prepare(self, op: BoundLaunch) -> int:
         f = self.function(op.module, op.entry.name)
-        if op.op.shared > _STATIC_SHARED_LIMIT and self._shared_optin.get(op.entry.name, 0) < op.op.shared:
+        # NOTE: the 48 KiB default limit covers static + dynamic shared memory together, so any
+        # dynamic size above what was opted in so far is declared (cheap: once per entry and size).
+        if op.op.shared > self._shared_optin.get(op.entry.name, 0):
             self.drv.function_set_max_dynamic_shared(f, op.op.shared)
             self._shared_optin[op.entry.name] = op.op.shared
         return f

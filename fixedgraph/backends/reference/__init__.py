@@ -54,6 +54,9 @@ class ReferenceDevice:
     def synchronize(self) -> None:
         pass
 
+    def idle(self) -> bool:
+        return True  # launches run to completion when they are made
+
     # programs
     def bind(self, program: Program, arena: Arena, host=None, staging=None) -> Bound:
         bound = bind(program, arena, host, staging)
