@@ -44,10 +44,11 @@ class MetaLayout:
             ("positions", np.uint32, self.rows),  # AttnMeta.positions
             ("slot", np.int64, self.rows),  # AttnMeta.slot; < 0 skips the KV write (padding)
             ("seq_len", np.int32, self.rows),  # AttnMeta.seq_len, incl. the token being decoded
-            ("block_table", np.int32, self.table_rows * self.max_blocks),  # row-major
             ("sample", np.uint32, self.rows * SAMPLE_WORDS),  # per-row sampling parameters
             ("last_row", np.int32, 1),  # prefill: the chunk row whose logits are wanted
             ("step", np.uint32, 1),  # index into the token ring
+            # Last, so that a pass whose keys fit a context bucket stages only a prefix (staged_bytes).
+            ("block_table", np.int32, self.table_rows * self.max_blocks),  # row-major
         ]
         off = 0
         for name, dt, count in spec:
@@ -56,6 +57,16 @@ class MetaLayout:
             self.fields[name] = f
             off += f.nbytes
         self.nbytes = (off + _ALIGN - 1) // _ALIGN * _ALIGN
+
+    def staged_bytes(self, max_keys: int, block_size: int) -> int:
+        """Bytes of the blob a pass must stage when every row holds at most ``max_keys`` keys:
+        everything up to the last row's first ceil(max_keys / block_size) block-table entries
+        (the rest of that row is never read), rounded up to 16 bytes and capped at ``nbytes``.
+        Reading the staging slot crosses PCIe, so a short context stages a few hundred bytes
+        instead of the whole table."""
+        blocks = min(self.max_blocks, max(1, -(-int(max_keys) // int(block_size))))
+        end = self.offset("block_table") + ((self.table_rows - 1) * self.max_blocks + blocks) * 4
+        return min(self.nbytes, (end + _ALIGN - 1) // _ALIGN * _ALIGN)
 
     def offset(self, name: str) -> int:
         return self.fields[name].offset
