@@ -63,7 +63,7 @@ def node_cost(b: BoundLaunch, context: int) -> tuple[int, int]:
     e, rows = b.entry.name, b.op.grid[0]
     if e.startswith("gemv_rmsnorm"):
         r, N, K = a["rows"], a["N"], a["K"]
-        out = 4 if e.endswith("f32out") else 2
+        out = 4 if e.endswith(("f32out", "argmax")) else 2  # the argmax entry also stores f32 logits
         stream = r * K * (4 + (2 if a.get("delta") else 0) + (4 if a.get("hidden_out") else 0))
         return N * K * 2 + stream + K * 2 + r * N * out + (N * 2 if a.get("bias") else 0), 2 * r * N * K
     if e == "gemv_silu_bf16":
@@ -90,7 +90,7 @@ def node_cost(b: BoundLaunch, context: int) -> tuple[int, int]:
         return a["rows"] * a["I"] * 6, a["rows"] * a["I"] * 5
     if e in ("argmax_rows", "sample_rows"):
         return a["rows"] * a["V"] * 4, 0
-    if e == "stage_meta":
+    if e in ("stage_meta", "stage_meta_ring"):
         return a["words"] * 8, 0
     if e == "gather_rows_bf16":
         return rows * a["H"] * 4, 0

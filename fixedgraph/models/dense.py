@@ -64,6 +64,9 @@ class DenseDecoder:
         if self.Hq % self.Hkv:
             raise UnsupportedModel(f"{self.Hq} query heads are not a multiple of {self.Hkv} kv heads")
         self.scale = 1.0 / math.sqrt(self.D)
+        # Greedy decode ends in one launch (final norm + lm_head + argmax) when the kernel's
+        # 16-byte path applies; otherwise gemv_rmsnorm + argmax_rows.
+        self._fused_head = self.H % 8 == 0
         self.decode_meta = {w: MetaLayout(w, w, sizes.max_blocks) for w in sizes.widths}
         self.prefill_meta = {t: MetaLayout(t, 1, sizes.max_blocks) for t in sizes.chunk_buckets}
         # Decode graphs exist per (width, context bucket): a graph's attention split count is fixed,
@@ -119,6 +122,9 @@ class DenseDecoder:
             S = max(self.splits[(w, c)] for c in self.ctx_buckets)  # one scratch serves every bucket
             for name, (shape, dtype) in attention.decode_scratch(w, self.Hq, D, S, self.Hkv).items():
                 p.add(f"scratch.{w}.{name}", shape, dtype)
+        if self._fused_head:  # gemv_rmsnorm_argmax's CTA partials and arrival counter
+            p.add("scratch.head.part", (max(gemv.argmax_part_bytes(w, self.V, H) for w in s.widths),), "u8")
+            p.add("scratch.head.count", (1,), "u32")
         for t in s.chunk_buckets:
             p.add(f"meta.prefill.{t}", (self.prefill_meta[t].nbytes,), "u8")
         return p
@@ -199,7 +205,7 @@ class DenseDecoder:
 
     def _fused_layers(self, prog: Program, rows: int, mref, S: int) -> str:
         """The decode layers with each norm folded into the GEMV after it and SiLU*up into the
-        down projection (rows <= 8). The residual stream ping-pongs between ``hidden`` and
+        gate_up GEMV's epilogue (rows <= 8): five launches per layer. The residual stream ping-pongs between ``hidden`` and
         ``hidden2`` (a fused GEMV reads one and one CTA writes the other); returns the region
         holding it at the end, with the last MLP output still in ``delta``."""
         c, H, I, D = self.cfg, self.H, self.I, self.D
@@ -214,12 +220,11 @@ class DenseDecoder:
                 cur, other = other, cur
             self._attend_rope(prog, L, i, rows, mref, S)
             gemv.gemv(prog, Ref("delta"), Ref("attn"), Ref(L + "o_w"), None, rows, H, self.Hq * D, label=f"{L}o_proj")
-            gemv.gemv_rmsnorm(prog, Ref("gate_up"), Ref(cur), Ref("delta"), Ref(other), Ref(L + "post_norm"),
-                              Ref(L + "gate_up_w"), None, rows, 2 * I, H, c.rms_norm_eps,
-                              label=f"{L}norm+gate_up_proj")
+            gemv.gemv_rmsnorm_silu(prog, Ref("act"), Ref(cur), Ref("delta"), Ref(other), Ref(L + "post_norm"),
+                                   Ref(L + "gate_up_w"), None, rows, I, H, c.rms_norm_eps,
+                                   label=f"{L}norm+gate_up_proj+silu")
             cur, other = other, cur
-            gemv.gemv_silu(prog, Ref("delta"), Ref("gate_up"), Ref(L + "down_w"), None, rows, H, I,
-                           label=f"{L}silu+down_proj")
+            gemv.gemv(prog, Ref("delta"), Ref("act"), Ref(L + "down_w"), None, rows, H, I, label=f"{L}down_proj")
         return cur
 
     def _head(self, prog: Program, x: Ref, rows: int, mref, sampling: bool) -> None:
@@ -245,7 +250,8 @@ class DenseDecoder:
         """One decode step for ``width`` rows (one token per sequence; padding rows included) whose
         sequences hold at most ``ctx`` keys (a context bucket; default: the whole context).
 
-        Op 0 copies staging slot (passes launched % staging_slots) to the metadata region.
+        Op 0 copies staging slot (passes launched % staging_slots) to the metadata region: the
+        fields and the block-table entries that ``ctx`` keys can use (MetaLayout.staged_bytes).
         """
         layout, region = self.decode_meta[width], f"meta.decode.{width}"
         ctx = ctx or self.ctx_buckets[-1]
@@ -254,11 +260,17 @@ class DenseDecoder:
             return Ref(region, layout.offset(name))
 
         prog = Program(f"decode.w{width}.c{ctx}.{'sample' if sampling else 'greedy'}")
-        self._stage(prog, region, layout.nbytes)
+        self._stage(prog, region, layout.staged_bytes(ctx, self.sizes.block_size))
         embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
                                 label="embed")
         cur = self._fused_layers(prog, width, mref, self.splits[(width, ctx)])
         head = Ref("embed") if self.cfg.tie_word_embeddings else Ref("lm_head")
+        if self._fused_head and not sampling:  # final norm + lm_head + argmax in one launch
+            gemv.gemv_rmsnorm_argmax(prog, Ref("logits"), Ref("tokens"), HostPtr(RING), mref("step"),
+                                     self.sizes.ring_len, Ref("scratch.head.part"), Ref("scratch.head.count"),
+                                     Ref(cur), Ref("delta"), None, Ref("final_norm"), head, None, width, self.V,
+                                     self.H, self.cfg.rms_norm_eps, label="final_norm+lm_head+argmax")
+            return prog
         gemv.gemv_rmsnorm(prog, Ref("logits"), Ref(cur), Ref("delta"), None, Ref("final_norm"), head, None, width,
                           self.V, self.H, self.cfg.rms_norm_eps, out_f32=True, label="final_norm+lm_head")
         self._pick(prog, width, mref, sampling)

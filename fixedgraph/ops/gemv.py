@@ -5,6 +5,10 @@ fused forms that build x inside every CTA from the previous op's output, saving 
 
 No scratch memory: when N is small the kernel splits K across the warps of a block (up to 16
 warps of a 512-thread block) and reduces in shared memory, so one launch covers the GPU.
+
+Dynamic shared memory is [x rows (fused entries)][W preload: warps x PRELOAD_WARP_BYTES]: each
+warp copies its first W batch there before waiting on its predecessor (see gemv.cu). The
+preload area is left out when it would not fit; the kernel then streams that batch like the rest.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ CTAS_PER_SM = 3  # 80 registers x 256 threads: 3 CTAs fit an SM's 65536 register
 SMEM_PER_SM = 228 * 1024  # shared memory an SM hands out (1 KiB of it reserved per CTA)
 SMEM_PER_BLOCK = 227 * 1024  # the most one CTA may opt in to
 STATIC_SMEM = 8768  # the kernels' static shared memory (ptxas -v)
+PRELOAD_WARP_BYTES = 2 * UNROLL * 32 * 16  # one warp's first W batch: [UNROLL][2 rows][32 lanes] x 16 B
 
 
 def gemv_split(N: int, K: int, warps: int = WARPS) -> int:
@@ -44,14 +49,19 @@ def gemv_warps(N: int, K: int) -> int:
     return WARPS
 
 
-def gemv_groups(N: int, K: int, warps: int = WARPS) -> int:
+def valid_split(split: int, warps: int) -> bool:
+    return split >= 1 and split & (split - 1) == 0 and split <= warps
+
+
+def gemv_groups(N: int, K: int, warps: int = WARPS, split: int | None = None) -> int:
     """Column groups: one block's worth of tiles (warps // split of them)."""
-    return -(-(-(-N // TILE_N)) // (warps // gemv_split(N, K, warps)))
+    S = split or gemv_split(N, K, warps)
+    return -(-(-(-N // TILE_N)) // (warps // S))
 
 
-def gemv_grid(N: int, K: int) -> int:
+def gemv_grid(N: int, K: int, split: int | None = None) -> int:
     """Blocks for one plain GEMV launch: one per column group."""
-    return gemv_groups(N, K, gemv_warps(N, K))
+    return gemv_groups(N, K, gemv_warps(N, K), split)
 
 
 def xs_stride(K: int) -> int:
@@ -64,15 +74,38 @@ def fused_shared(rows: int, K: int) -> int:
     return rows * xs_stride(K) * 2
 
 
-def fused_grid(N: int, K: int, rows: int) -> int:
+def preload_shared(N: int, K: int) -> int:
+    """Bytes of the W preload area of a launch (one first batch per warp)."""
+    return gemv_warps(N, K) * PRELOAD_WARP_BYTES
+
+
+def launch_shared(rows: int, N: int, K: int, fused: bool, preload: bool = True) -> int:
+    """Dynamic shared memory of a launch: x rows (fused) plus the preload area when it fits."""
+    x = fused_shared(rows, K) if fused else 0
+    if preload and x + preload_shared(N, K) + STATIC_SMEM <= SMEM_PER_BLOCK:
+        return x + preload_shared(N, K)
+    return x
+
+
+def fused_grid(N: int, K: int, rows: int, split: int | None = None) -> int:
     """Blocks of a fused launch: no more than fit at once (each CTA builds x once, then takes
     column groups grid-stride), balanced so every CTA takes the same number of groups."""
     warps = gemv_warps(N, K)
     per_sm = max(1, min(CTAS_PER_SM * WARPS // warps,
-                        SMEM_PER_SM // (fused_shared(rows, K) + STATIC_SMEM + 1024)))
-    groups = gemv_groups(N, K, warps)
+                        SMEM_PER_SM // (launch_shared(rows, N, K, True) + STATIC_SMEM + 1024)))
+    groups = gemv_groups(N, K, warps, split)
     rounds = -(-groups // (NUM_SMS * per_sm))
     return -(-groups // rounds)
+
+
+def _split_arg(N: int, K: int, split: int | None) -> int:
+    """The kernel's ``split`` argument: the launcher's choice (validated), else gemv_split."""
+    warps = gemv_warps(N, K)
+    if split is None:
+        return gemv_split(N, K, warps)
+    if not valid_split(split, warps):
+        raise ValueError(f"gemv split {split} is not a power of two <= {warps} (warps per block for N={N}, K={K})")
+    return split
 
 
 def _check(name: str, rows: int, N: int, K: int) -> tuple[int, int, int]:
@@ -89,7 +122,7 @@ def _ptr(a: Arg | None) -> Arg:
 
 
 def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,
-         out_f32: bool = False, label: str = "") -> int:
+         out_f32: bool = False, label: str = "", preload: bool = True, split: int | None = None) -> int:
     """out[r, n] = sum_k x[r, k] * w[n, k] (+ bias[n]), fp32 accumulation, rounded once.
 
     out: [rows, N] bf16, or f32 when ``out_f32`` (logits); written.
@@ -97,26 +130,34 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     bias: [N] bf16, or None / Null() for no bias; added in fp32 before rounding.
     rows: 1..8 (use ``fixedgraph.ops.linear.linear`` to pick GEMM above 8).
     Any K works; K % 8 == 0 with 16-byte-aligned x and w takes the fast 16-byte-load path.
+    preload: give the kernel its W preload area (False only to test the path without it).
+    split: warps per 16-column tile (a power of two <= the block's warps); None: gemv_split.
     Returns the op index.
     """
     rows, N, K = _check("gemv", rows, N, K)
     entry = "gemv_bf16_f32out" if out_f32 else "gemv_bf16"
-    return prog.launch(entry, (gemv_grid(N, K), 1, 1), (32 * gemv_warps(N, K), 1, 1),
-                       (out, x, w, _ptr(bias), rows, N, K), label=label or entry)
+    S = _split_arg(N, K, split)
+    return prog.launch(entry, (gemv_grid(N, K, S), 1, 1), (32 * gemv_warps(N, K), 1, 1),
+                       (out, x, w, _ptr(bias), rows, N, K, S), shared=launch_shared(rows, N, K, False, preload),
+                       label=label or entry)
 
 
-def _fused_launch(prog: Program, entry: str, args: tuple, rows: int, N: int, K: int, label: str) -> int:
-    shared = fused_shared(rows, K)
+def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: int, eps: float | None,
+                  label: str, split: int | None = None, takes_split: bool = True) -> int:
+    """Launch a fused entry with arguments (*head, rows, N, K[, split][, eps])."""
+    shared = launch_shared(rows, N, K, True)
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         raise ValueError(f"{entry}: x of {rows} rows x K={K} needs {shared} bytes of shared memory, more than "
                          f"{SMEM_PER_BLOCK - STATIC_SMEM}; run the unfused op and gemv instead")
-    return prog.launch(entry, (fused_grid(N, K, rows), 1, 1), (32 * gemv_warps(N, K), 1, 1), args,
+    S = _split_arg(N, K, split)
+    args = (*head, rows, N, K, *((S,) if takes_split else ()), *(() if eps is None else (float(eps),)))
+    return prog.launch(entry, (fused_grid(N, K, rows, S), 1, 1), (32 * gemv_warps(N, K), 1, 1), args,
                        shared=shared, label=label or entry)
 
 
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                  norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
-                 out_f32: bool = False, label: str = "") -> int:
+                 out_f32: bool = False, label: str = "", split: int | None = None) -> int:
     """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
 
     h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
@@ -134,12 +175,31 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     if hidden_out is not None and hidden_out == hidden_in:
         raise ValueError("gemv_rmsnorm: hidden_out must not alias hidden_in; ping-pong two residual buffers")
     entry = "gemv_rmsnorm_bf16_f32out" if out_f32 else "gemv_rmsnorm_bf16"
-    args = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias), rows, N, K, float(eps))
-    return _fused_launch(prog, entry, args, rows, N, K, label)
+    head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
+    return _fused_launch(prog, entry, head, rows, N, K, eps, label, split)
+
+
+def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
+                      norm_w: Arg, w: Arg, bias: Arg | None, rows: int, I: int, K: int, eps: float,
+                      label: str = "", split: int | None = None) -> int:
+    """The MLP's activation straight from the residual stream, replacing add_rmsnorm + gate_up
+    GEMV + silu_mul: gate_up = rmsnorm(hidden_in + delta) @ w.T (+ bias) (gemv_rmsnorm's
+    rounding), out[r, j] = bf16(bf16(silu(gate_up[r, j])) * gate_up[r, I + j]) (silu_mul's).
+
+    out: [rows, I] bf16; written. w: [2I, K] bf16, the gate rows then the up rows (the HF
+    gate_proj / up_proj stacked); bias: [2I] bf16 or None. The rest as ``gemv_rmsnorm``.
+    Each warp tile pairs 8 gate rows with their 8 up rows, so gate_up is never stored.
+    Returns the op index.
+    """
+    rows, N, K = _check("gemv_rmsnorm_silu", rows, 2 * int(I), K)
+    if hidden_out is not None and hidden_out == hidden_in:
+        raise ValueError("gemv_rmsnorm_silu: hidden_out must not alias hidden_in; ping-pong two residual buffers")
+    head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
+    return _fused_launch(prog, "gemv_rmsnorm_silu_bf16", head, rows, N, K, eps, label, split)
 
 
 def gemv_silu(prog: Program, out: Arg, gate_up: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,
-              label: str = "") -> int:
+              label: str = "", split: int | None = None) -> int:
     """out = (silu(gate) * up) @ w.T (+ bias), replacing silu_mul + gemv.
 
     x = bf16(bf16(silu(gate)) * up) (silu_mul's rounding), gate = gate_up[:, :K], up = gate_up[:, K:];
@@ -148,4 +208,39 @@ def gemv_silu(prog: Program, out: Arg, gate_up: Arg, w: Arg, bias: Arg | None, r
     size). bias: [N] bf16 or None. rows: 1..8. Returns the op index.
     """
     rows, N, K = _check("gemv_silu", rows, N, K)
-    return _fused_launch(prog, "gemv_silu_bf16", (out, gate_up, w, _ptr(bias), rows, N, K), rows, N, K, label)
+    return _fused_launch(prog, "gemv_silu_bf16", (out, gate_up, w, _ptr(bias)), rows, N, K, None, label, split)
+
+
+def argmax_part_bytes(rows: int, N: int, K: int) -> int:
+    """Bytes of gemv_rmsnorm_argmax's per-CTA partials: [grid, rows] (f32 value, i32 index)."""
+    return fused_grid(N, K, rows) * rows * 8
+
+
+def gemv_rmsnorm_argmax(prog: Program, logits: Arg, tokens: Arg, ring: Arg | None, step: Arg | None,
+                        ring_len: int, part: Arg, counter: Arg, hidden_in: Arg, delta: Arg | None,
+                        hidden_out: Arg | None, norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,
+                        eps: float, label: str = "") -> int:
+    """Greedy head in one launch: logits = rmsnorm(hidden_in + delta) @ w.T (+ bias) as
+    ``gemv_rmsnorm(..., out_f32=True)``, and tokens[r] = argmax(logits[r]) as ``argmax_rows``
+    (ties to the lowest index, NaN below every number), also written to
+    ring[(step[0] % ring_len) * rows + r] when a ring is given.
+
+    logits: [rows, N] f32, written. tokens: [rows] i32, written.
+    ring: [ring_len, rows] i32 (a HostPtr to host-mapped memory) or None; step: [1] u32 or None.
+    part: scratch of ``argmax_part_bytes(rows, N, K)`` bytes. counter: [1] u32 that must be 0
+    before the first launch; every complete launch leaves it 0 again. Launches sharing one
+    counter must not overlap (one stream).
+    Needs K % 8 == 0 (the kernel's 16-byte path); otherwise use gemv_rmsnorm + argmax_rows.
+    """
+    rows, N, K = _check("gemv_rmsnorm_argmax", rows, N, K)
+    if K % 8:
+        raise ValueError(f"gemv_rmsnorm_argmax needs K % 8 == 0, got K={K}; "
+                         "run gemv_rmsnorm(out_f32=True) and argmax_rows instead")
+    if ring is not None and ring_len < 1:
+        raise ValueError(f"gemv_rmsnorm_argmax with a token ring needs ring_len >= 1, got {ring_len}")
+    if hidden_out is not None and hidden_out == hidden_in:
+        raise ValueError("gemv_rmsnorm_argmax: hidden_out must not alias hidden_in; ping-pong two residual buffers")
+    head = (logits, tokens, _ptr(ring), _ptr(step), int(ring_len) if ring is not None else 0, part, counter,
+            hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
+    # the kernel always takes gemv_split's k split (the grid here assumes the same)
+    return _fused_launch(prog, "gemv_rmsnorm_argmax", head, rows, N, K, eps, label, None, takes_split=False)

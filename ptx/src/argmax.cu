@@ -7,16 +7,6 @@
 #include "common_ops.cuh"
 #include "pdl.cuh"
 
-constexpr int kNone = 0x7fffffff;  // index of an empty candidate: loses to every real one
-
-// True when (v, i) beats (bv, bi): the larger value wins, NaN loses to every number (even
-// -inf), equal values (and two NaNs) go to the lower index, as torch.argmax breaks ties.
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-    const bool v_nan = v != v, b_nan = bv != bv;
-    if (v_nan || b_nan) return b_nan && (!v_nan || i < bi);
-    return v > bv || (v == bv && i < bi);
-}
-
 // Calls consider(value, index) for this thread's share of the row, in increasing index order:
 // an unaligned head of < 4 scalars, 16-byte loads four at a time, then the scalar tail.
 template <class F>

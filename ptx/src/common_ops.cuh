@@ -112,3 +112,14 @@ __device__ __forceinline__ float block_sum(float x, float* scratch) {
     __syncthreads();  // scratch may be reused by the caller right after
     return total;
 }
+
+// ---- argmax order (argmax.cu, the fused head + argmax in gemv.cu) --------------------------
+constexpr int kNone = 0x7fffffff;  // index of an empty candidate: loses to every real one
+
+// True when (v, i) beats (bv, bi): the larger value wins, NaN loses to every number (even
+// -inf), equal values (and two NaNs) go to the lower index, as torch.argmax breaks ties.
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+    const bool v_nan = v != v, b_nan = bv != bv;
+    if (v_nan || b_nan) return b_nan && (!v_nan || i < bi);
+    return v > bv || (v == bv && i < bi);
+}

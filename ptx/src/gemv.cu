@@ -14,12 +14,14 @@
 // - When N is small the S warps of a tile split K inside the block and reduce through shared
 //   memory, so the grid still covers the SMs without a split-K scratch buffer or second pass;
 //   small-N layers take 512-thread blocks (S up to 16) so that one batch per warp covers K.
-// - W never depends on the previous kernel, so each CTA issues its first W batch before it
-//   reads anything a predecessor wrote (x, hidden, gate_up): the prologue and, under
-//   Programmatic Dependent Launch, the wait for the predecessor overlap that DRAM latency.
+// - W never depends on the previous kernel, so each warp loads its first W batch into registers
+//   (and each CTA asks L2 for the rest of its first rows) before it reads anything a
+//   predecessor wrote (x, hidden, gate_up): the prologue and, under Programmatic Dependent
+//   Launch (pdl.cuh), the predecessor's tail overlap that DRAM latency.
 // NOTE: blockDim must be (256 or 512, 1, 1); any gridDim.x is correct (grid-stride loop).
-// S depends only on (N, K, warps) (gemv_split below; fixedgraph/ops/gemv.py mirrors it to
-// size the grid, and a mismatch there would only cost speed, never correctness).
+// S (warps per column tile) is the launcher's `split` argument (fixedgraph/ops/gemv.py picks
+// it and sizes the grid to match); any power of two <= warps is correct, anything else falls
+// back to gemv_split below.
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -47,8 +49,16 @@ __device__ __forceinline__ uint32_t gemv_split(uint32_t N, uint32_t K, uint32_t 
   return s;
 }
 
+__device__ __forceinline__ uint32_t resolve_split(uint32_t split, uint32_t N, uint32_t K, uint32_t warps) {
+  return (split && (split & (split - 1)) == 0 && split <= warps) ? split : gemv_split(N, K, warps);
+}
+
 struct NoPrologue {
   __device__ void operator()() const {}
+};
+
+struct NoEpilogue {
+  __device__ __forceinline__ void value(int, uint32_t, uint32_t, float) {}
 };
 
 // W rows n0+g and n0+g+8 of a warp tile; each pointer is dereferenced only under its ok flag.
@@ -65,6 +75,28 @@ __device__ __forceinline__ WRows w_rows(const bf16* W, uint32_t N, uint32_t K, u
   r.w0 = W + (size_t)(r.ok0 ? n0 + g : 0) * K;
   r.w1 = W + (size_t)(r.ok1 ? n0 + g + 8 : 0) * K;
   return r;
+}
+
+// Paired (gate | up) weights, W = [gate rows 0..I-1; up rows I..2I-1] with N = 2I: tile n0
+// covers act columns j0 = n0/2 .. j0+7, mma row g taking gate row j0+g and row g+8 up row
+// I+j0+g, so each lane ends with gate and up of the same column (see OUT_SILU).
+__device__ __forceinline__ WRows w_rows_paired(const bf16* W, uint32_t N, uint32_t K, uint32_t n0, uint32_t g) {
+  WRows r;
+  const uint32_t I = N / 2, j = n0 / 2 + g;
+  r.ok0 = r.ok1 = j < I;
+  r.w0 = W + (size_t)(r.ok0 ? j : 0) * K;
+  r.w1 = W + (size_t)(r.ok1 ? I + j : 0) * K;
+  return r;
+}
+
+// What a GEMV writes: out[r, n] in bf16 or f32, or (paired weights) the SwiGLU activation
+// out[r, j] = bf16(bf16(silu(bf16(gate))) * bf16(up)), gate/up = columns j and I + j of the
+// plain product: exactly gemv_rmsnorm_bf16 (gate_up) followed by silu_mul (act.cu).
+enum OutMode { OUT_BF16 = 0, OUT_F32 = 1, OUT_SILU = 2 };
+
+template <int MODE>
+__device__ __forceinline__ WRows w_rows_for(const bf16* W, uint32_t N, uint32_t K, uint32_t n0, uint32_t g) {
+  return MODE == OUT_SILU ? w_rows_paired(W, N, K, n0, g) : w_rows(W, N, K, n0, g);
 }
 
 // L2 prefetch of bytes (a multiple of 16) at a 16-byte aligned p, split over the first threads.
@@ -98,18 +130,58 @@ __device__ __forceinline__ void load_w(uint4 (&a0)[U], uint4 (&a1)[U], const WRo
   }
 }
 
+// Dynamic shared memory: [rows, xs_stride(K)] bf16 x (fused entries), then the W preload area.
+extern __shared__ __align__(16) unsigned char gemv_dyn[];
+#define gemv_xs reinterpret_cast<bf16*>(gemv_dyn)
+#define GEMV_PRELOAD_WARP_BYTES (2u * GEMV_UNROLL * 32u * 16u)  // [U][2 rows][32 lanes] x 16 B
+
+__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
+  uint32_t v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+}
+
+// x fragments of one batch (the k32 blocks of load_w) for the warp's row g.
+template <bool VEC, bool XS, int U>
+__device__ __forceinline__ void load_x(uint4 (&b)[U], const bf16* xr, bool x_ok, uint32_t K, uint32_t kblocks,
+                                       uint32_t S, uint32_t kb, uint32_t t) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint32_t k = (kb + u * S) * 32 + t * 8;
+    if (XS) {  // zero-padded to whole k32 blocks: only blocks past the end are skipped
+      b[u] = (x_ok && k < kblocks * 32) ? *reinterpret_cast<const uint4*>(xr + k) : make_uint4(0, 0, 0, 0);
+    } else if (VEC) {
+      b[u] = ld_reuse_v4(xr + k, x_ok && k < K);
+    } else {
+      b[u] = ld_bf16x8_scalar(xr, k, x_ok ? K : 0);
+    }
+  }
+}
+
+template <int U>
+__device__ __forceinline__ void mma_batch(float (&acc)[4], const uint4 (&a0)[U], const uint4 (&a1)[U],
+                                          const uint4 (&b)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    mma_bf16_16816(acc, a0[u].x, a1[u].x, a0[u].y, a1[u].y, b[u].x, b[u].y);
+    mma_bf16_16816(acc, a0[u].z, a1[u].z, a0[u].w, a1[u].w, b[u].z, b[u].w);
+  }
+}
+
 // XS: x is read from shared memory (row stride xs_stride(K), zero past K) instead of global.
-template <bool VEC, bool F32OUT, bool XS, class Prologue>
-__device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32
+// Epilogue: value(j, r, n, v) sees every output v = out[r, n] this thread stores (r = r0 + 2t + j).
+template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue>
+__device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32; [rows, N/2] (OUT_SILU)
                                           const bf16* __restrict__ x,     // [rows, K] bf16 (global or smem)
                                           const bf16* __restrict__ W,     // [N, K] bf16
                                           const bf16* __restrict__ bias,  // [N] bf16 or NULL
-                                          uint32_t rows, uint32_t N, uint32_t K,
+                                          uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                           float4 (*red)[32],              // [warps][32] smem
-                                          Prologue prologue) {            // builds x; ends in a barrier
+                                          Prologue prologue,              // builds x; ends in a barrier
+                                          Epilogue& epi) {
   const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const uint32_t g = lane >> 2, t = lane & 3;
-  const uint32_t S = gemv_split(N, K, warps);
+  const uint32_t S = resolve_split(split, N, K, warps);
   const uint32_t tiles_per_block = warps / S;
   const uint32_t slot = warp / S;  // which tile of the block's group this warp works on
   const uint32_t ks = warp % S;    // which k slice; warps of one tile are adjacent
@@ -117,77 +189,120 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   const uint32_t groups = (tiles + tiles_per_block - 1) / tiles_per_block;
   const uint32_t kblocks = (K + 31) / 32;
   const uint32_t xstride = XS ? xs_stride(K) : K;
+  constexpr int U = GEMV_BATCH(VEC);
 
-  // Before anything a predecessor wrote is read: ask L2 for the start of this CTA's first
-  // group of W rows (contiguous), so that DRAM latency overlaps the prologue / PDL wait.
-  if (VEC && blockIdx.x < groups) {
+  // Before anything a predecessor wrote is read (W never is): each warp copies its first W
+  // batch into its slice of the preload area (cp.async, no registers held), and each CTA asks
+  // L2 for the rest of its first group of W rows (contiguous), so DRAM latency overlaps the
+  // prologue and, under PDL, the predecessor's tail. For the small layers of small models that
+  // first batch is the warp's whole share of W. The launcher sizes dynamic shared memory as
+  // [x rows (fused entries)][preload: warps x GEMV_PRELOAD_WARP_BYTES] when that fits, else
+  // without the preload area, which the kernel reads off %dynamic_smem_size.
+  // NOTE: `first` is CTA-uniform (the k-split reduce below has barriers); a warp whose k slice
+  // starts past K copies zeros.
+  const bool first = rows > 0 && blockIdx.x < groups;
+  const uint32_t xs_bytes = XS ? rows * xs_stride(K) * 2u : 0u;
+  const bool pre = VEC && first && dynamic_smem_bytes() >= xs_bytes + warps * GEMV_PRELOAD_WARP_BYTES;
+  uint4* pre_w = reinterpret_cast<uint4*>(gemv_dyn + xs_bytes) + warp * (2 * U * 32) + lane;  // [U][2][32]
+  if (pre) {
+    const WRows wr = w_rows_for<MODE>(W, N, K, (blockIdx.x * tiles_per_block + slot) * GEMV_TILE_N, g);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t k = (ks + u * S) * 32 + t * 8;
+      cp_async_16(smem_u32(pre_w + (2 * u) * 32), wr.w0 + k, wr.ok0 && k < K ? 16u : 0u);
+      cp_async_16(smem_u32(pre_w + (2 * u + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
+    }
+    cp_async_commit();
+  }
+  if (VEC && first) {
     const uint32_t n_first = blockIdx.x * tiles_per_block * GEMV_TILE_N;
     const uint32_t n_count = min(tiles_per_block * GEMV_TILE_N, N - n_first);
-    prefetch_w_l2(W + (size_t)n_first * K, min((size_t)n_count * K * 2, (size_t)GEMV_PREFETCH_BYTES));
+    if (MODE == OUT_SILU) {  // the group's gate rows and its up rows: two runs of half the bytes
+      const size_t half = min((size_t)n_count / 2 * K * 2, (size_t)GEMV_PREFETCH_BYTES / 2);
+      prefetch_w_l2(W + (size_t)(n_first / 2) * K, half);
+      prefetch_w_l2(W + (size_t)(N / 2 + n_first / 2) * K, half);
+    } else {
+      prefetch_w_l2(W + (size_t)n_first * K, min((size_t)n_count * K * 2, (size_t)GEMV_PREFETCH_BYTES));
+    }
   }
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
   FG_PDL_WAIT();
   prologue();
 
-  for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS) {  // one pass for rows <= 8
+  // One 16-column tile x 8 rows from r0; with_pre: its first W batch is in the preload area.
+  auto tile = [&](uint32_t r0, uint32_t grp, bool with_pre) {
     const bool x_ok = r0 + g < rows;
     const bf16* xr = x + (size_t)(x_ok ? r0 + g : 0) * xstride;
-    for (uint32_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
-      const uint32_t n0 = (grp * tiles_per_block + slot) * GEMV_TILE_N;
-      const WRows wr = w_rows(W, N, K, n0, g);
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
+    const uint32_t n0 = (grp * tiles_per_block + slot) * GEMV_TILE_N;
+    const WRows wr = w_rows_for<MODE>(W, N, K, n0, g);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
+    uint32_t kb = ks;
+    if (with_pre) {  // this warp's own cp.async writes: no barrier needed
+      uint4 a0[U], a1[U], b[U];
+      cp_async_wait<0>();
+#pragma unroll
+      for (int u = 0; u < U; ++u) { a0[u] = pre_w[(2 * u) * 32]; a1[u] = pre_w[(2 * u + 1) * 32]; }
+      load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
+      mma_batch(acc, a0, a1, b);
+      kb += S * U;
+    }
+    for (; kb < kblocks; kb += S * U) {
+      uint4 a0[U], a1[U], b[U];
+      load_w<VEC>(a0, a1, wr, K, S, kb, t);
+      load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
+      mma_batch(acc, a0, a1, b);
+    }
 
-      constexpr int U = GEMV_BATCH(VEC);
-      for (uint32_t kb = ks; kb < kblocks; kb += S * U) {
-        uint4 a0[U], a1[U], b[U];
-        load_w<VEC>(a0, a1, wr, K, S, kb, t);
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const uint32_t k = (kb + u * S) * 32 + t * 8;
-          if (XS) {  // zero-padded to whole k32 blocks: only blocks past the end are skipped
-            b[u] = (x_ok && k < kblocks * 32) ? *reinterpret_cast<const uint4*>(xr + k) : make_uint4(0, 0, 0, 0);
-          } else if (VEC) {
-            b[u] = ld_reuse_v4(xr + k, x_ok && k < K);
-          } else {
-            b[u] = ld_bf16x8_scalar(xr, k, x_ok ? K : 0);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          mma_bf16_16816(acc, a0[u].x, a1[u].x, a0[u].y, a1[u].y, b[u].x, b[u].y);
-          mma_bf16_16816(acc, a0[u].z, a1[u].z, a0[u].w, a1[u].w, b[u].z, b[u].w);
+    if (S > 1) {  // sum the k slices of each tile into its first warp
+      red[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      __syncthreads();
+      if (ks == 0) {
+        for (uint32_t j = 1; j < S; ++j) {
+          const float4 p = red[warp + j][lane];
+          acc[0] += p.x; acc[1] += p.y; acc[2] += p.z; acc[3] += p.w;
         }
       }
+      __syncthreads();  // NOTE: red is rewritten by the next group's warps
+    }
+    if (ks != 0) return;
 
-      if (S > 1) {  // sum the k slices of each tile into its first warp
-        red[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        __syncthreads();
-        if (ks == 0) {
-          for (uint32_t j = 1; j < S; ++j) {
-            const float4 p = red[warp + j][lane];
-            acc[0] += p.x; acc[1] += p.y; acc[2] += p.z; acc[3] += p.w;
-          }
-        }
-        __syncthreads();  // NOTE: red is rewritten by the next group's warps
-      }
-      if (ks != 0) continue;
-
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // h = 0: column n0+g; h = 1: column n0+g+8
-        const uint32_t n = n0 + g + 8 * h;
-        if (n >= N) continue;
-        const float bn = bias ? __bfloat162float(bias[n]) : 0.f;
+    if (MODE == OUT_SILU) {  // acc[j]: gate of column n0/2+g, acc[2+j]: its up (rows 2t+j)
+      const uint32_t I = N / 2, n = n0 / 2 + g;
+      if (n < I) {
+        const float bg = bias ? __bfloat162float(bias[n]) : 0.f;
+        const float bu = bias ? __bfloat162float(bias[I + n]) : 0.f;
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const uint32_t r = r0 + 2 * t + j;
-          if (r >= rows) continue;
-          const float v = acc[2 * h + j] + bn;
-          if (F32OUT) static_cast<float*>(out)[(size_t)r * N + n] = v;
-          else static_cast<bf16*>(out)[(size_t)r * N + n] = __float2bfloat16_rn(v);
+          if (r < rows)
+            static_cast<bf16*>(out)[(size_t)r * I + n] =
+                __float2bfloat16_rn(silu_mul_one(round_bf16(acc[j] + bg), round_bf16(acc[2 + j] + bu)));
         }
       }
+      return;
     }
-  }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // h = 0: column n0+g; h = 1: column n0+g+8
+      const uint32_t n = n0 + g + 8 * h;
+      if (n >= N) continue;
+      const float bn = bias ? __bfloat162float(bias[n]) : 0.f;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint32_t r = r0 + 2 * t + j;
+        if (r >= rows) continue;
+        const float v = acc[2 * h + j] + bn;
+        if (MODE == OUT_F32) static_cast<float*>(out)[(size_t)r * N + n] = v;
+        else static_cast<bf16*>(out)[(size_t)r * N + n] = __float2bfloat16_rn(v);
+        epi.value(j, r, n, v);
+      }
+    }
+  };
+
+  // (r0 = 0, grp = blockIdx.x) first, with the preloaded batch; then the rest in the usual order.
+  if (pre) tile(0, blockIdx.x, true);
+  for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS)  // one pass for rows <= 8
+    for (uint32_t grp = blockIdx.x + (r0 == 0 && pre ? gridDim.x : 0u); grp < groups; grp += gridDim.x)
+      tile(r0, grp, false);
 }
 
 // Shared memory common to every entry. x (fused entries only) is dynamic: rows * xs_stride(K)
@@ -196,35 +311,34 @@ struct GemvShared {
   float4 red[GEMV_MAX_WARPS][32];  // [warps][lanes] partial accumulators of the k split, 8 KiB
   float norm[9][GEMV_MAX_WARPS];   // [8 rows][warps] sums of squares, [8][r]: 1/rms (rmsnorm)
 };
-extern __shared__ __align__(16) bf16 gemv_xs[];  // [rows, xs_stride(K)] bf16 (fused entries)
 
 // 16-byte W loads need 16-byte aligned row starts: K % 8 == 0 and an aligned base.
-template <bool F32OUT, bool XS, class Prologue>
+template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
-                                              uint32_t rows, uint32_t N, uint32_t K, float4 (*red)[32],
-                                              Prologue pro) {
+                                              uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
+                                              float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{}) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
-    gemv_body<true, F32OUT, XS>(out, x, W, bias, rows, N, K, red, pro);
+    gemv_body<true, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
   else
-    gemv_body<false, F32OUT, XS>(out, x, W, bias, rows, N, K, red, pro);
+    gemv_body<false, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
 }
 
 template <bool F32OUT>
 __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16* W, const bf16* bias,
-                                           uint32_t rows, uint32_t N, uint32_t K) {
+                                           uint32_t rows, uint32_t N, uint32_t K, uint32_t split) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
-  gemv_dispatch<F32OUT, false>(out, x, W, bias, rows, N, K, sh.red, NoPrologue{});
+  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false>(out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
 }
 
-template <bool F32OUT>
+template <int MODE>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
-                                                   uint32_t rows, uint32_t N, uint32_t K, float eps) {
+                                                   uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
   auto pro = [&]() { rmsnorm_prologue(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
-  gemv_dispatch<F32OUT, true>(out, gemv_xs, W, bias, rows, N, K, sh.red, pro);
+  gemv_dispatch<MODE, true>(out, gemv_xs, W, bias, rows, N, K, split, sh.red, pro);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
@@ -232,8 +346,9 @@ gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
           const bf16* __restrict__ x,     // [rows, K] bf16
           const bf16* __restrict__ W,     // [N, K] bf16 (PyTorch Linear layout)
           const bf16* __restrict__ bias,  // [N] bf16, or NULL
-          unsigned int rows, unsigned int N, unsigned int K) {
-  gemv_entry<false>(out, x, W, bias, rows, N, K);
+          unsigned int rows, unsigned int N, unsigned int K,
+          unsigned int split) {  // warps per column tile (the k split), or 0: gemv_split
+  gemv_entry<false>(out, x, W, bias, rows, N, K, split);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
@@ -241,8 +356,9 @@ gemv_bf16_f32out(float* __restrict__ out,       // [rows, N] f32 (logits)
                  const bf16* __restrict__ x,     // [rows, K] bf16
                  const bf16* __restrict__ W,     // [N, K] bf16
                  const bf16* __restrict__ bias,  // [N] bf16, or NULL
-                 unsigned int rows, unsigned int N, unsigned int K) {
-  gemv_entry<true>(out, x, W, bias, rows, N, K);
+                 unsigned int rows, unsigned int N, unsigned int K,
+          unsigned int split) {  // warps per column tile (the k split), or 0: gemv_split
+  gemv_entry<true>(out, x, W, bias, rows, N, K, split);
 }
 
 // out = rmsnorm(hidden_in + delta) @ W.T (+ bias); CTA 0 also stores hidden_out = hidden_in + delta.
@@ -256,8 +372,9 @@ gemv_rmsnorm_bf16(bf16* __restrict__ out,             // [rows, N] bf16
                   const bf16* __restrict__ norm_w,      // [K] bf16 RMSNorm weight
                   const bf16* __restrict__ W,           // [N, K] bf16
                   const bf16* __restrict__ bias,        // [N] bf16, or NULL
-                  unsigned int rows, unsigned int N, unsigned int K, float eps) {
-  gemv_rmsnorm_entry<false>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, eps);
+                  unsigned int rows, unsigned int N, unsigned int K,
+          unsigned int split, float eps) {  // split: warps per column tile, or 0: gemv_split
+  gemv_rmsnorm_entry<OUT_BF16>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
@@ -268,8 +385,27 @@ gemv_rmsnorm_bf16_f32out(float* __restrict__ out,             // [rows, N] f32 (
                          const bf16* __restrict__ norm_w,      // [K] bf16
                          const bf16* __restrict__ W,           // [N, K] bf16
                          const bf16* __restrict__ bias,        // [N] bf16, or NULL
-                         unsigned int rows, unsigned int N, unsigned int K, float eps) {
-  gemv_rmsnorm_entry<true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, eps);
+                         unsigned int rows, unsigned int N, unsigned int K,
+          unsigned int split, float eps) {  // split: warps per column tile, or 0: gemv_split
+  gemv_rmsnorm_entry<OUT_F32>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
+}
+
+// act = silu(gate) * up of the MLP straight from the residual stream: gate_up = rmsnorm(hidden_in
+// + delta) @ W.T (+ bias) as gemv_rmsnorm_bf16, then act[r, j] = silu_mul(gate_up[r, j],
+// gate_up[r, I + j]) as act.cu, without storing gate_up: each warp tile pairs 8 gate rows with
+// the 8 matching up rows of W (w_rows_paired). N = 2I rows of W; out: [rows, I].
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_silu_bf16(bf16* __restrict__ out,             // [rows, N/2] bf16 activation
+                       const float* __restrict__ hidden_in,  // [rows, K] f32
+                       const bf16* __restrict__ delta,       // [rows, K] bf16, or NULL
+                       float* __restrict__ hidden_out,       // [rows, K] f32, or NULL
+                       const bf16* __restrict__ norm_w,      // [K] bf16
+                       const bf16* __restrict__ W,           // [N, K] bf16: gate rows, then up rows
+                       const bf16* __restrict__ bias,        // [N] bf16, or NULL
+                       unsigned int rows, unsigned int N, unsigned int K,
+          unsigned int split, float eps) {  // split: warps per column tile, or 0: gemv_split
+  if (N & 1u) return;  // gate and up need the same row count
+  gemv_rmsnorm_entry<OUT_SILU>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
 }
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].
@@ -279,9 +415,114 @@ gemv_silu_bf16(bf16* __restrict__ out,            // [rows, N] bf16
                const bf16* __restrict__ gate_up,  // [rows, 2K] bf16: gate in [:, :K], up in [:, K:]
                const bf16* __restrict__ W,        // [N, K] bf16
                const bf16* __restrict__ bias,     // [N] bf16, or NULL
-               unsigned int rows, unsigned int N, unsigned int K) {
+               unsigned int rows, unsigned int N, unsigned int K,
+          unsigned int split) {  // warps per column tile (the k split), or 0: gemv_split
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
   auto pro = [&]() { silu_prologue(gemv_xs, gate_up, rows, K); };
-  gemv_dispatch<false, true>(out, gemv_xs, W, bias, rows, N, K, sh.red, pro);
+  gemv_dispatch<OUT_BF16, true>(out, gemv_xs, W, bias, rows, N, K, split, sh.red, pro);
+}
+
+// ---- head + argmax ------------------------------------------------------------------------
+// Greedy decode's last two ops in one: logits = rmsnorm(h) @ W.T as gemv_rmsnorm_bf16_f32out,
+// and tokens[r] = argmax(logits[r]) with argmax_rows' order (ties to the lowest index, NaN
+// below every number), without a second launch or a re-read of the logits. Each thread keeps
+// the best (value, index) of its two rows over the outputs it stores; the CTA reduces them into
+// part[blockIdx.x, r]; the CTA that arrives last at `counter` (atomicInc, which wraps it back
+// to 0 for the next launch) reduces the gridDim.x partials of each row and writes the token
+// (and the host-mapped ring slot, as argmax_rows does).
+struct ArgmaxEpilogue {  // only the running bests live in registers through the GEMV
+  float bv[2];  // best of rows 2t + j over this thread's outputs
+  int bi[2];
+
+  __device__ __forceinline__ ArgmaxEpilogue() {
+    bv[0] = bv[1] = __int_as_float(0x7fc00000);  // NaN: loses to every number
+    bi[0] = bi[1] = kNone;
+  }
+  __device__ __forceinline__ void value(int j, uint32_t, uint32_t n, float v) {
+    if (better(v, (int)n, bv[j], bi[j])) { bv[j] = v; bi[j] = (int)n; }
+  }
+};
+
+__device__ __forceinline__ void warp_best(float& v, int& i, unsigned from) {  // xor lanes from..16
+#pragma unroll
+  for (unsigned o = from; o < 32; o <<= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (better(ov, oi, v, i)) { v = ov; i = oi; }
+  }
+}
+
+// After the GEMV, on every thread of every CTA: CTA partials, then the last arriver's merge.
+__device__ __forceinline__ void argmax_finish(ArgmaxEpilogue& e, int* tokens, int* ring, const unsigned* step,
+                                              unsigned ring_len, int2* part, unsigned* counter, uint32_t rows) {
+  __shared__ float sval[GEMV_MAX_WARPS][GEMV_ROWS];
+  __shared__ int sidx[GEMV_MAX_WARPS][GEMV_ROWS];
+  __shared__ unsigned s_last;
+  const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) warp_best(e.bv[j], e.bi[j], 4);  // over g (lane bits 2..4)
+  if (lane < 4) {  // lane t holds rows 2t, 2t+1
+#pragma unroll
+    for (int j = 0; j < 2; ++j) { sval[warp][2 * lane + j] = e.bv[j]; sidx[warp][2 * lane + j] = e.bi[j]; }
+  }
+  __syncthreads();
+  if (threadIdx.x < rows) {
+    float v = __int_as_float(0x7fc00000);
+    int i = kNone;
+    for (uint32_t w = 0; w < warps; ++w)
+      if (better(sval[w][threadIdx.x], sidx[w][threadIdx.x], v, i)) { v = sval[w][threadIdx.x]; i = sidx[w][threadIdx.x]; }
+    __stcg(part + (size_t)blockIdx.x * rows + threadIdx.x, make_int2(__float_as_int(v), i));
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicInc(counter, gridDim.x - 1) == gridDim.x - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  if (warp < rows) {  // warp r reduces row r (rows <= 8 <= warps)
+    float v = __int_as_float(0x7fc00000);
+    int i = kNone;
+    for (uint32_t b = lane; b < gridDim.x; b += 32) {
+      const int2 p = __ldcg(part + (size_t)b * rows + warp);
+      if (better(__int_as_float(p.x), p.y, v, i)) { v = __int_as_float(p.x); i = p.y; }
+    }
+    warp_best(v, i, 1);
+    if (lane == 0) {
+      const int tok = i == kNone ? 0 : i;  // an all-NaN row: index 0, as argmax_rows
+      tokens[warp] = tok;
+      if (ring && ring_len) ring[(size_t)((step ? step[0] : 0u) % ring_len) * rows + warp] = tok;
+    }
+  }
+}
+
+// logits = rmsnorm(hidden_in + delta) @ W.T (+ bias) in f32, and tokens[r] = argmax(logits[r]).
+// part: [gridDim.x, rows] int2 scratch; counter: [1] u32, zero before the first launch (and
+// after every complete one). Dynamic smem as gemv_rmsnorm_bf16. Needs K % 8 == 0 and a
+// 16-byte aligned W (else it writes nothing).
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_argmax(float* __restrict__ logits,           // [rows, N] f32, written
+                    int* __restrict__ tokens,             // [rows] i32, written
+                    int* __restrict__ ring,               // [ring_len, rows] i32 (host-mapped), or NULL
+                    const unsigned* __restrict__ step,    // [1] u32 decode step counter, or NULL
+                    unsigned int ring_len,                // ring depth in steps (ignored without a ring)
+                    int2* part,                           // [gridDim.x, rows] scratch (other CTAs read it)
+                    unsigned int* counter,                // [1] u32 arrival counter, 0 at rest
+                    const float* __restrict__ hidden_in,  // [rows, K] f32
+                    const bf16* __restrict__ delta,       // [rows, K] bf16, or NULL
+                    float* __restrict__ hidden_out,       // [rows, K] f32, or NULL
+                    const bf16* __restrict__ norm_w,      // [K] bf16
+                    const bf16* __restrict__ W,           // [N, K] bf16
+                    const bf16* __restrict__ bias,        // [N] bf16, or NULL
+                    unsigned int rows, unsigned int N, unsigned int K, float eps) {
+  __shared__ GemvShared sh;
+  // 16-byte path only (the scalar one spills with the argmax state): the launcher refuses K % 8
+  // != 0 and the model then runs gemv_rmsnorm_bf16_f32out + argmax_rows instead.
+  if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS || rows > GEMV_ROWS || (K & 7) != 0 ||
+      !aligned16(W))
+    return;
+  ArgmaxEpilogue epi;
+  auto pro = [&]() { rmsnorm_prologue(gemv_xs, hidden_in, delta, hidden_out, norm_w, rows, K, eps, sh.norm); };
+  gemv_body<true, OUT_F32, true>(logits, gemv_xs, W, bias, rows, N, K, 0u, sh.red, pro, epi);  // default split
+  argmax_finish(epi, tokens, ring, step, ring_len, part, counter, rows);
 }

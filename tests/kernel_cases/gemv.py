@@ -8,8 +8,9 @@ f32 outputs only by fp32 summation order.
 import numpy as np
 
 from fixedgraph import bf16
-from fixedgraph.ops.gemv import gemv, gemv_rmsnorm, gemv_silu
-from fixedgraph.program import Program, Ref
+from fixedgraph.ops.gemv import (argmax_part_bytes, gemv, gemv_rmsnorm, gemv_rmsnorm_argmax, gemv_rmsnorm_silu,
+                                 gemv_silu)
+from fixedgraph.program import HostPtr, Program, Ref
 from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison, rand_bf16
 
 BF16_OUT = Check(atol=1e-2, rtol=1e-2)
@@ -17,7 +18,7 @@ F32_OUT = Check(atol=2e-4, rtol=1e-4)
 
 
 def linear_case(name: str, rng: np.random.Generator, launcher, rows: int, N: int, K: int, *,
-                bias: bool, out_f32: bool, x_skew: int = 0) -> KernelCase:
+                bias: bool, out_f32: bool, x_skew: int = 0, **launch_kw) -> KernelCase:
     """One launch of ``launcher`` (gemv or gemm) on random inputs.
 
     x_skew > 0 places x that many bf16 elements into its buffer, so its rows are not
@@ -33,7 +34,7 @@ def linear_case(name: str, rng: np.random.Generator, launcher, rows: int, N: int
         buffers["bias"] = rand_bf16(rng, N)  # [N] bf16
     prog = Program(name)
     launcher(prog, Ref("out"), Ref("x", 2 * x_skew), Ref("w"), Ref("bias") if bias else None,
-             rows, N, K, out_f32=out_f32, label=name)
+             rows, N, K, out_f32=out_f32, label=name, **launch_kw)
 
     def reference(v):
         xs = v["x"][x_skew:].astype(np.float64).reshape(rows, K)
@@ -73,6 +74,13 @@ def unaligned_case(rng):
     return linear_case("gemv_unaligned_x", rng, gemv, 3, 200, 264, bias=True, out_f32=False, x_skew=1)
 
 
+@kernel_case("gemv_no_preload")
+def no_preload_case(rng):
+    """The 16-byte path without the W preload area (what a launch gets when it would not fit
+    shared memory): the first batch streams like the rest. Rows 8 cover two k slices per tile."""
+    return linear_case("gemv_no_preload", rng, gemv, 8, 1024, 2048, bias=False, out_f32=True, preload=False)
+
+
 @kernel_case("gemv_random_shape")
 def random_case(rng):
     """A fresh shape each run: any rows, N, K (K often not a multiple of 8)."""
@@ -101,7 +109,8 @@ def _finish(y: np.ndarray, v, bias: bool, out_f32: bool) -> np.ndarray:
 
 
 def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int, *, delta: bool,
-                 hidden_out: bool, bias: bool, out_f32: bool) -> KernelCase:
+                 hidden_out: bool, bias: bool, out_f32: bool, silu: bool = False) -> KernelCase:
+    """gemv_rmsnorm; with ``silu``, gemv_rmsnorm_silu (N = 2I rows of W, out [rows, I])."""
     hidden = rng.standard_normal((rows, K)) * 2
     if not delta:
         hidden[0] *= 1e-3  # mean(h^2) ~ 4e-6: eps = 1e-6 visibly changes row 0
@@ -109,7 +118,7 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
         "hidden_in": Buffer(hidden.astype(np.float32), "f32"),  # [rows, K] f32
         "norm_w": Buffer(bf16.from_f32(1 + 0.2 * rng.standard_normal(K)), "bf16"),  # [K] bf16
         "w": rand_bf16(rng, (N, K), scale=K ** -0.5),  # [N, K] bf16
-        "out": poison((rows, N), "f32" if out_f32 else "bf16"),  # [rows, N]
+        "out": poison((rows, N // 2 if silu else N), "f32" if out_f32 else "bf16"),  # [rows, N]
     }
     if delta:
         buffers["delta"] = rand_bf16(rng, (rows, K))  # [rows, K] bf16
@@ -118,9 +127,14 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
     if bias:
         buffers["bias"] = rand_bf16(rng, N)  # [N] bf16
     prog = Program(name)
-    gemv_rmsnorm(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
-                 Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
-                 Ref("bias") if bias else None, rows, N, K, EPS, out_f32=out_f32, label=name)
+    if silu:
+        gemv_rmsnorm_silu(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
+                          Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
+                          Ref("bias") if bias else None, rows, N // 2, K, EPS, label=name)
+    else:
+        gemv_rmsnorm(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
+                     Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
+                     Ref("bias") if bias else None, rows, N, K, EPS, out_f32=out_f32, label=name)
 
     def reference(v):
         h = v["hidden_in"].astype(np.float64)
@@ -129,7 +143,11 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
         h = h.astype(np.float32).astype(np.float64)
         inv_rms = 1.0 / np.sqrt(np.mean(h * h, axis=1, keepdims=True) + EPS)
         x = _rb(v["norm_w"].astype(np.float64) * _rb(h * inv_rms))
-        want = {"out": _finish(x @ v["w"].astype(np.float64).T, v, bias, out_f32)}
+        y = _finish(x @ v["w"].astype(np.float64).T, v, bias, out_f32)
+        if silu:  # y is gate_up rounded to bf16: act.cu's silu_mul on its halves
+            gate, up = y[:, : N // 2], y[:, N // 2:]
+            y = _rb(_rb(gate / (1.0 + np.exp(-gate))) * up)
+        want = {"out": y}
         if hidden_out:
             want["hidden_out"] = h
         return want
@@ -209,3 +227,94 @@ def rmsnorm_random_case(rng):
 def silu_random_case(rng):
     rows, N, K = int(rng.integers(1, 9)), int(rng.integers(1, 700)), int(rng.integers(1, 1500))
     return silu_case("gemv_silu_random_shape", rng, rows, N, K, bias=bool(rng.integers(2)))
+
+
+# (I, K) of the SwiGLU activation from the stream: 0.6B (3072, 1024), 8B with I cut to 640 (K
+# real), an I that is no multiple of 8 (a partial tile of pairs), K tails (scalar paths).
+RMSNORM_SILU_SHAPES = [(3072, 1024), (640, 4096), (300, 1000), (20, 1003)]
+for _s, (_i, _k) in enumerate(RMSNORM_SILU_SHAPES):
+    for _j, _r in enumerate(FUSED_ROWS):
+        def _register_rmsnorm_silu(rows=_r, I=_i, K=_k, f=3 * _s + _j):
+            delta, hidden_out, bias = bool(f & 1), bool(f & 2), bool(f & 4)
+            name = (f"gemv_rmsnorm_silu_r{rows}_{I}x{K}" + ("_delta" if delta else "") + ("_hout" if hidden_out else "")
+                    + ("_bias" if bias else ""))
+
+            @kernel_case(name)
+            def factory(rng):
+                return rmsnorm_case(name, rng, rows, 2 * I, K, delta=delta, hidden_out=hidden_out, bias=bias,
+                                    out_f32=False, silu=True)
+
+        _register_rmsnorm_silu()
+
+
+# ---- head + argmax in one launch ------------------------------------------------------------
+# Row r gets a planted winner: column j_r whose W row is c * sign(x_r) (logit ~ 2.4 sqrt(K), far
+# above the ~N(0, 1) rest), and a copy of it 16 * m columns later (same place in its 16-column
+# tile, so the kernel computes both bit-identically): the tie must go to j_r. The program
+# launches twice on one counter (two token buffers), so the counter must come back to 0.
+ARGMAX_RING = 4
+
+
+def argmax_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int, *, bias: bool,
+                step: int) -> KernelCase:
+    hidden = (rng.standard_normal((rows, K)) * 2).astype(np.float32)
+    norm_w = bf16.from_f32(1 + 0.2 * rng.standard_normal(K))
+    h = hidden.astype(np.float64)
+    x = _rb(bf16.to_f32(norm_w).astype(np.float64) * _rb(h / np.sqrt(np.mean(h * h, axis=1, keepdims=True) + EPS)))
+    w = bf16.from_f32(rng.standard_normal((N, K)).astype(np.float32) * K ** -0.5)
+    winners = []
+    for r in range(rows):
+        while True:
+            j = int(rng.integers(0, N - 16))
+            twin_j = j + 16 * int(rng.integers(1, (N - 1 - j) // 16 + 1))
+            if not {j, twin_j} & {c for p in winners for c in p}:
+                break
+        plant = bf16.from_f32((np.sign(x[r]) * 3.0 * K ** -0.5).astype(np.float32))
+        w[j] = w[twin_j] = plant
+        winners.append((j, twin_j))
+    buffers = {
+        "hidden_in": Buffer(hidden, "f32"), "norm_w": Buffer(norm_w, "bf16"), "w": Buffer(w, "bf16"),
+        "logits": poison((rows, N), "f32"), "tokens_a": poison(rows, "i32"), "tokens_b": poison(rows, "i32"),
+        "step": Buffer(np.array([step], dtype=np.uint32), "u32"),
+        "part": poison(argmax_part_bytes(rows, N, K) // 4, "i32"),
+        "counter": Buffer(np.zeros(1, dtype=np.uint32), "u32"),
+    }
+    if bias:
+        b = rng.standard_normal(N).astype(np.float32)
+        for j, twin_j in winners:
+            b[twin_j] = b[j]
+        buffers["bias"] = Buffer(bf16.from_f32(b), "bf16")
+    ring = poison((ARGMAX_RING, rows), "i32")
+    ring_init = ring.data.copy()
+    prog = Program(name)
+    for out, ring_arg in (("tokens_a", None), ("tokens_b", HostPtr("ring"))):
+        gemv_rmsnorm_argmax(prog, Ref("logits"), Ref(out), ring_arg, Ref("step") if ring_arg else None, ARGMAX_RING,
+                            Ref("part"), Ref("counter"), Ref("hidden_in"), None, None, Ref("norm_w"), Ref("w"),
+                            Ref("bias") if bias else None, rows, N, K, EPS, label=f"{name}.{out}")
+
+    def reference(v):
+        logits = x @ v["w"].astype(np.float64).T
+        if bias:
+            logits = logits + v["bias"].astype(np.float64)
+        tok = np.array([j for j, _ in winners], dtype=np.int32)
+        expect_ring = ring_init.copy()
+        expect_ring[step % ARGMAX_RING] = tok
+        return {"logits": logits, "tokens_a": tok, "tokens_b": tok, "ring": expect_ring,
+                "counter": np.zeros(1, dtype=np.uint32)}
+
+    checks = {"logits": FUSED_F32_OUT, "tokens_a": Check(), "tokens_b": Check(), "ring": Check(),
+              "counter": Check()}
+    return KernelCase(name, prog, buffers, checks, reference=reference, host_buffers={"ring": ring},
+                      notes=f"rows={rows} N={N} K={K} bias={bias} winners={winners}")
+
+
+# (rows, N, K): Qwen3-0.6B's head (a full grid of CTAs), SmolLM2's, 8 rows, a short K.
+for _r, _n, _k, _b in [(1, 151936, 1024, False), (1, 49152, 576, True), (8, 3000, 2048, True), (3, 700, 64, False)]:
+    def _register_argmax(rows=_r, N=_n, K=_k, bias=_b):
+        name = f"gemv_rmsnorm_argmax_r{rows}_{N}x{K}" + ("_bias" if bias else "")
+
+        @kernel_case(name)
+        def factory(rng):
+            return argmax_case(name, rng, rows, N, K, bias=bias, step=int(rng.integers(0, 100)))
+
+    _register_argmax()

@@ -10,8 +10,9 @@ from fixedgraph.backends.reference.twins import gemm as gemm_twins
 from fixedgraph.backends.reference.twins import gemv as gemv_twins
 from fixedgraph.ops.gemm import gemm, gemm_grid, gemm_tile
 from fixedgraph.backends.reference.twins import embed_norm as norm_twins
-from fixedgraph.ops.gemv import (fused_grid, fused_shared, gemv, gemv_grid, gemv_rmsnorm, gemv_silu, gemv_split,
-                                 gemv_warps, xs_stride)
+from fixedgraph.ops.gemv import (SMEM_PER_BLOCK, STATIC_SMEM, fused_grid, fused_shared, gemv, gemv_grid,
+                                 gemv_rmsnorm, gemv_silu, gemv_split, gemv_warps, launch_shared, preload_shared,
+                                 xs_stride)
 from fixedgraph.ops.linear import linear
 from fixedgraph.program import Null, Program, Ref
 
@@ -38,8 +39,9 @@ def test_twin_matches_float64(kind, rows, N, K, out_f32, with_bias, rng):
     mem = RefMemory()
     out = mem.alloc(rows * N * 4)
     mem.memset(out, 0xFF, rows * N * 4)  # NaN poison
+    extra = (0,) if kind == "gemv" else ()  # gemv's split argument (0: the kernel's default)
     TWINS[kind, out_f32](mem, (1, 1, 1), (256, 1, 1), out, _put(mem, x), _put(mem, w),
-                         _put(mem, b) if with_bias else 0, rows, N, K)
+                         _put(mem, b) if with_bias else 0, rows, N, K, *extra)
     want = bf16.to_f32(x).astype(np.float64) @ bf16.to_f32(w).astype(np.float64).T
     if with_bias:
         want += bf16.to_f32(b)
@@ -54,7 +56,7 @@ def test_twin_matches_float64(kind, rows, N, K, out_f32, with_bias, rng):
 
 def test_twin_rejects_a_block_the_kernel_cannot_run():
     with pytest.raises(ValueError, match="block"):
-        gemv_twins.gemv_bf16(RefMemory(), (1, 1, 1), (128, 1, 1), 0, 0, 0, 0, 1, 1, 1)
+        gemv_twins.gemv_bf16(RefMemory(), (1, 1, 1), (128, 1, 1), 0, 0, 0, 0, 1, 1, 1, 0)
 
 
 def test_launchers_and_linear_dispatch():
@@ -63,7 +65,8 @@ def test_launchers_and_linear_dispatch():
     linear(p, Ref("o"), Ref("x"), Ref("w"), Ref("b"), 9, 576, 576, out_f32=True, label="lm")
     gemv(p, Ref("o"), Ref("x"), Ref("w"), Ref("b"), 1, 49152, 576, out_f32=True)
     a, b, c = p.launches
-    assert (a.entry, a.block, a.args[3], a.args[4:]) == ("gemv_bf16", (256, 1, 1), Null(), (8, 576, 576))
+    assert (a.entry, a.block, a.args[3], a.args[4:]) == ("gemv_bf16", (256, 1, 1), Null(),
+                                                                (8, 576, 576, gemv_split(576, 576)))
     assert (b.entry, b.label, b.args[3], b.shared) == ("gemm_bf16_f32out", "lm", Ref("b"), 0)
     assert c.entry == "gemv_bf16_f32out" and c.grid == (gemv_grid(49152, 576), 1, 1)
     with pytest.raises(ValueError, match="rows"):
@@ -199,6 +202,10 @@ def test_fused_grid_and_shared(rows, N, K):
     assert 1 <= grid <= groups and -(-groups // rounds) == grid  # balanced: equal rounds per CTA
     assert grid <= 132 * 3
     assert fused_shared(rows, K) == rows * xs_stride(K) * 2
+    shared = launch_shared(rows, N, K, True)  # x, plus the W preload area when it fits
+    assert shared in (fused_shared(rows, K), fused_shared(rows, K) + preload_shared(N, K))
+    assert shared + STATIC_SMEM <= SMEM_PER_BLOCK
+    assert (shared > fused_shared(rows, K)) == (rows * K < 8 * 12288)  # the 8-row down_proj of 8B has no room
 
 
 def test_fused_launchers():
@@ -209,10 +216,12 @@ def test_fused_launchers():
     gemv_silu(p, Ref("o"), Ref("gu"), Ref("w"), None, 8, 1024, 3072)
     a, b, c = p.launches
     assert (a.entry, a.args[2:4], a.args[6:], a.shared) == (
-        "gemv_rmsnorm_bf16", (Ref("d"), Ref("h1")), (Null(), 2, 4096, 1024, 1e-6), 2 * 2 * xs_stride(1024))
+        "gemv_rmsnorm_bf16", (Ref("d"), Ref("h1")), (Null(), 2, 4096, 1024, gemv_split(4096, 1024), 1e-6),
+        2 * 2 * xs_stride(1024) + preload_shared(4096, 1024))
     assert (b.entry, b.label, b.args[2:4], b.grid) == ("gemv_rmsnorm_bf16_f32out", "lm", (Null(), Null()),
                                                       (fused_grid(151936, 1024, 1), 1, 1))
-    assert (c.entry, c.block, c.args[3:]) == ("gemv_silu_bf16", (512, 1, 1), (Null(), 8, 1024, 3072))
+    assert (c.entry, c.block, c.args[3:]) == ("gemv_silu_bf16", (512, 1, 1),
+                                                         (Null(), 8, 1024, 3072, gemv_split(1024, 3072, 16)))
     with pytest.raises(ValueError, match="alias"):
         gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, Ref("h0"), Ref("nw"), Ref("w"), None, 1, 64, 64, 1e-6)
     with pytest.raises(ValueError, match="rows"):
@@ -232,9 +241,9 @@ def test_fused_rmsnorm_twin_equals_add_rmsnorm_then_gemv(with_delta, rng):
     a_h, a_d, a_nw, a_w = (_put(mem, v) for v in (h, d, nw, w))
     fused_out, h_out, x, two_out = (mem.alloc(rows * max(N, K) * 4) for _ in range(4))
     gemv_twins.gemv_rmsnorm_bf16(mem, (1, 1, 1), (256, 1, 1), fused_out, a_h, a_d if with_delta else 0, h_out,
-                                 a_nw, a_w, 0, rows, N, K, 1e-6)
+                                 a_nw, a_w, 0, rows, N, K, 0, 1e-6)
     norm_twins.add_rmsnorm(mem, (rows, 1, 1), (256, 1, 1), a_h, a_d if with_delta else 0, a_nw, x, K, 1e-6)
-    gemv_twins.gemv_bf16(mem, (1, 1, 1), (256, 1, 1), two_out, x, a_w, 0, rows, N, K)
+    gemv_twins.gemv_bf16(mem, (1, 1, 1), (256, 1, 1), two_out, x, a_w, 0, rows, N, K, 0)
     assert np.array_equal(mem.view(fused_out, np.uint16, rows * N), mem.view(two_out, np.uint16, rows * N))
     assert np.array_equal(mem.view(h_out, np.float32, rows * K), mem.view(a_h, np.float32, rows * K))
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from fixedgraph import bf16
 from fixedgraph.backends.reference.twins import twin
+from fixedgraph.backends.reference.twins.argmax import argmax_nan_low
 from fixedgraph.backends.reference.twins.embed_norm import rms_norm_bf16
 
 GEMV_BLOCKS = ((256, 1, 1), (512, 1, 1))  # the block sizes the kernels' warp layout takes
@@ -49,31 +50,37 @@ def _check_block(entry: str, block) -> None:
 
 
 @twin("gemv_bf16")
-def gemv_bf16(mem, grid, block, out, x, w, bias, rows, N, K):
-    # out [rows, N] bf16; x [rows, K] bf16; w [N, K] bf16; bias [N] bf16 or 0
+def gemv_bf16(mem, grid, block, out, x, w, bias, rows, N, K, split):
+    # out [rows, N] bf16; x [rows, K] bf16; w [N, K] bf16; bias [N] bf16 or 0; split: the k split
+    # (warps per column tile; changes only the summation order)
     _check_block("gemv_bf16", block)
     store(mem, out, linear_f32(mem, x, w, bias, rows, N, K), out_f32=False)
 
 
 @twin("gemv_bf16_f32out")
-def gemv_bf16_f32out(mem, grid, block, out, x, w, bias, rows, N, K):
+def gemv_bf16_f32out(mem, grid, block, out, x, w, bias, rows, N, K, split):
     # out [rows, N] f32; x [rows, K] bf16; w [N, K] bf16; bias [N] bf16 or 0
     _check_block("gemv_bf16_f32out", block)
     store(mem, out, linear_f32(mem, x, w, bias, rows, N, K), out_f32=True)
 
 
-def _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, out_f32):
+def _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, out_f32, silu=False):
     h = mem.view(hidden_in, np.float32, rows * K).reshape(rows, K).copy()  # [rows, K] f32
     if delta:
         h += bf16.to_f32(mem.view(delta, np.uint16, rows * K).reshape(rows, K))  # fp32 add
     if hidden_out:
         mem.view(hidden_out, np.float32, rows * K)[:] = h.ravel()
     x = rms_norm_bf16(h, bf16.to_f32(mem.view(norm_w, np.uint16, K)), eps)  # add_rmsnorm's rounding
-    store(mem, out, matmul_f32(mem, x, w, bias, N, K), out_f32)
+    y = matmul_f32(mem, x, w, bias, N, K)
+    if silu:  # gate_up rounded to bf16 as if stored, then silu_mul: [rows, N/2]
+        gu = bf16.round_f32(y)
+        y = silu_mul_f32(gu[:, : N // 2], gu[:, N // 2:])
+    store(mem, out, y, out_f32)
 
 
 @twin("gemv_rmsnorm_bf16")
-def gemv_rmsnorm_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps):
+def gemv_rmsnorm_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
+                      eps):
     # out [rows, N] bf16; hidden_in [rows, K] f32; delta [rows, K] bf16 or 0; hidden_out [rows, K]
     # f32 or 0 (= hidden_in + delta); norm_w [K] bf16; w [N, K] bf16; bias [N] bf16 or 0
     _check_block("gemv_rmsnorm_bf16", block)
@@ -82,10 +89,20 @@ def gemv_rmsnorm_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_
 
 @twin("gemv_rmsnorm_bf16_f32out")
 def gemv_rmsnorm_bf16_f32out(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
-                             eps):
+                             split, eps):
     # as gemv_rmsnorm_bf16 with out [rows, N] f32
     _check_block("gemv_rmsnorm_bf16_f32out", block)
     _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, True)
+
+
+@twin("gemv_rmsnorm_silu_bf16")
+def gemv_rmsnorm_silu_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
+                           eps):
+    # out [rows, N/2] bf16 = silu_mul of gate_up = gemv_rmsnorm_bf16(...) with w [N, K] = gate | up rows
+    _check_block("gemv_rmsnorm_silu_bf16", block)
+    if N % 2:
+        return  # the kernel refuses an odd N and writes nothing
+    _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, False, silu=True)
 
 
 def silu_mul_f32(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -96,8 +113,25 @@ def silu_mul_f32(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 
 
 @twin("gemv_silu_bf16")
-def gemv_silu_bf16(mem, grid, block, out, gate_up, w, bias, rows, N, K):
+def gemv_silu_bf16(mem, grid, block, out, gate_up, w, bias, rows, N, K, split):
     # out [rows, N] bf16; gate_up [rows, 2K] bf16 (gate | up); w [N, K] bf16; bias [N] bf16 or 0
     _check_block("gemv_silu_bf16", block)
     gu = bf16.to_f32(mem.view(gate_up, np.uint16, rows * 2 * K).reshape(rows, 2 * K))
     store(mem, out, matmul_f32(mem, silu_mul_f32(gu[:, :K], gu[:, K:]), w, bias, N, K), False)
+
+
+@twin("gemv_rmsnorm_argmax")
+def gemv_rmsnorm_argmax(mem, grid, block, logits, tokens, ring, step, ring_len, part, counter, hidden_in, delta,
+                        hidden_out, norm_w, w, bias, rows, N, K, eps):
+    # logits [rows, N] f32; tokens [rows] i32; ring [ring_len, rows] i32 or 0; step [1] u32 or 0;
+    # part / counter: the kernel's scratch (the twin needs none; the counter stays 0);
+    # the rest as gemv_rmsnorm_bf16_f32out
+    _check_block("gemv_rmsnorm_argmax", block)
+    if K % 8 or w % 16 or rows > 8:
+        return  # the kernel's 16-byte path only: it writes nothing
+    _gemv_rmsnorm(mem, logits, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, True)
+    tok = argmax_nan_low(mem.view(logits, np.float32, rows * N).reshape(rows, N))
+    mem.view(tokens, np.int32, rows)[:] = tok
+    if ring and ring_len:
+        s = int(mem.view(step, np.uint32, 1)[0]) if step else 0
+        mem.view(ring, np.int32, ring_len * rows)[(s % ring_len) * rows:][:rows] = tok
