@@ -8,7 +8,7 @@ same tensors are loaded into fixedgraph's arena. Reported per model: fixedgraph 
 tok/s (wall, 512 greedy tokens, steps queued ahead), GPU ms per decode graph replay, the floor
 (weight bytes / copy bandwidth measured in this run) and the fraction of it reached, host CPU
 µs per step, and the peers: transformers eager generate and a static-KV decode loop captured in
-a CUDA graph. Greedy tokens of all three are compared.
+a CUDA graph, the same loop compiled by torch.compile (tools/peers.py). Greedy tokens are compared.
 """
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ from fixedgraph.testing.checkpoints import random_model  # noqa: E402
 from fixedgraph.weights.state_dict_source import StateDictSource  # noqa: E402
 
 
+PEERS = ("hf_eager", "torch_graph", "torch_compile")
+
+
 def graph_replay_ms(llm: LLM, reps: int = 200) -> float:
     """GPU time of one decode graph replay (fixed metadata: the last step's staging slot)."""
     r = llm.runner
@@ -45,7 +48,7 @@ def graph_replay_ms(llm: LLM, reps: int = 200) -> float:
 
 
 def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: int,
-                profile_dir: str | None = None) -> dict:
+                profile_dir: str | None = None, peer_names: tuple[str, ...] = PEERS) -> dict:
     hf = random_model(name, seed, device="cuda", dtype="bfloat16")
     cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
     t0 = time.perf_counter()
@@ -89,20 +92,40 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         print(f"prefill {pf['tokens']} tokens ({pf['launches']} launches): graph {pf['graph_ms']:.3f} ms, "
               f"eager {pf['eager_ms']:.3f} ms", flush=True)
     llm.close()
-    del llm
+    del llm, hf
     torch.cuda.synchronize()
-    for peer in ("hf_eager", "torch_graph"):
-        try:
-            r = getattr(peers, peer)(hf, prompt, n_new)
-            res[f"{peer}_ms_per_token"] = r["ms_per_token"]
-            res[f"{peer}_tok_per_s"] = r["tok_per_s"]
-            agree = next((i for i, (a, b) in enumerate(zip(ours, r["tokens"])) if a != b), len(ours))
-            res[f"{peer}_tokens_agree_prefix"] = agree
-        except Exception as exc:
-            res[f"{peer}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    del hf
     torch.cuda.empty_cache()
+    for peer in peer_names:  # each in its own process: a device-side assert there cannot end this run
+        r = run_peer(peer, name, seed, prompt, n_new)
+        if "error" in r:
+            res[f"{peer}_error"] = r["error"]
+            continue
+        res[f"{peer}_ms_per_token"] = r["ms_per_token"]
+        res[f"{peer}_tok_per_s"] = r["tok_per_s"]
+        if "warmup_s" in r:
+            res[f"{peer}_warmup_s"] = r["warmup_s"]
+        res[f"{peer}_tokens_agree_prefix"] = next(
+            (i for i, (a, b) in enumerate(zip(ours, r["tokens"])) if a != b), min(len(ours), len(r["tokens"])))
     return res
+
+
+def run_peer(peer: str, model: str, seed: int, prompt: list[int], n_new: int, timeout_s: float = 300) -> dict:
+    """Run tools/peers.py for one peer on the same random model (same name and seed: same weights)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        args = Path(d, "args.json")
+        args.write_text(json.dumps({"peer": peer, "model": model, "seed": seed, "prompt": prompt, "n_new": n_new}))
+        out = Path(d, "out.json")
+        try:
+            proc = subprocess.run([sys.executable, str(ROOT / "tools/peers.py"), str(args), str(out)],
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout_s:.0f} s"}
+        if proc.returncode or not out.exists():
+            tail = [l for l in (proc.stderr or "").splitlines() if "Assertion" not in l][-6:]
+            return {"error": f"exit {proc.returncode}: " + " | ".join(tail)[-600:]}
+        return json.loads(out.read_text())
 
 
 def main() -> int:
@@ -112,6 +135,7 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated, from " + ", ".join(PEERS))
     ap.add_argument("--profile-dir", help="also profile each model's decode step; write JSON + traces here")
     args = ap.parse_args()
     import os
@@ -122,16 +146,24 @@ def main() -> int:
     results = {"commit": commit or "unknown", "device": torch.cuda.get_device_name(), "copy_GBps": copy_gbps,
                "prompt": args.prompt, "new_tokens": args.new, "models": []}
     for name in args.models.split(","):
-        res = bench_model(name, args.prompt, args.new, copy_gbps, args.seed, args.profile_dir)
+        res = bench_model(name, args.prompt, args.new, copy_gbps, args.seed, args.profile_dir,
+                          tuple(p for p in args.peers.split(",") if p))
         results["models"].append(res)
         print(json.dumps(res, indent=1), flush=True)
     print(f"\ncopy bandwidth {copy_gbps:.0f} GB/s   prompt {args.prompt}   new {args.new}")
-    hdr = f"{'model':<12} {'ours ms/tok':>11} {'floor ms':>9} {'of floor':>8} {'host us':>8} {'hf eager':>9} {'torch graph':>11}"
+    hdr = (f"{'model':<12} {'ours ms/tok':>11} {'floor ms':>9} {'of floor':>8} {'host us':>8} {'idle us':>8} "
+           f"{'hf eager':>9} {'torch graph':>11} {'compile+graph':>13}")
     print(hdr)
+    nan = float("nan")
     for r in results["models"]:
         print(f"{r['model']:<12} {r['fixedgraph_ms_per_token']:>11.3f} {r['floor_ms']:>9.3f} "
               f"{r['fraction_of_floor']:>8.2f} {r['host_us_per_step']:>8.1f} "
-              f"{r.get('hf_eager_ms_per_token', float('nan')):>9.3f} {r.get('torch_graph_ms_per_token', float('nan')):>11.3f}")
+              f"{r.get('profile_idle_between_steps_us', nan):>8.1f} "
+              f"{r.get('hf_eager_ms_per_token', nan):>9.3f} {r.get('torch_graph_ms_per_token', nan):>11.3f} "
+              f"{r.get('torch_compile_ms_per_token', nan):>13.3f}")
+        for peer in PEERS:
+            if f"{peer}_error" in r:
+                print(f"  {peer}: {r[peer + '_error']}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -48,7 +48,9 @@ def fill(arena, name: str, rng) -> None:
         arena.write(name, rng.standard_normal(n).astype(np.float32).reshape(r.shape))
 
 
-def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng) -> dict:
+def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng, splits=(None,)) -> list[dict]:
+    """One launch kind on one weight shape, timed for each k split in ``splits`` (None: the
+    launcher's choice). kind: plain | rmsnorm | rmsnorm_silu (N = 2I rows) | silu."""
     wbytes = N * K * 2
     c = copies_for(wbytes, smoke)
     plan = ArenaPlan()
@@ -63,16 +65,33 @@ def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng) -> dict:
     arena = dev.arena(plan)
     for name in plan.regions:
         fill(arena, name, rng)
-    prog = Program(f"gemv.{kind}.{N}x{K}")
-    for i in range(c):
-        w = Ref(f"w{i}")
-        if kind == "plain":
-            gemv.gemv(prog, Ref("out"), Ref("x"), w, None, 1, N, K)
-        elif kind == "rmsnorm":
-            gemv.gemv_rmsnorm(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1, N, K, 1e-6)
-        else:
-            gemv.gemv_silu(prog, Ref("out"), Ref("gu"), w, None, 1, N, K)
-    return {"kernel": f"gemv_{kind}", "shape": f"{N}x{K}", "bytes": wbytes, **time_program(dev, prog, arena, c, smoke)}
+    out = []
+    for split in splits:
+        prog = Program(f"gemv.{kind}.{N}x{K}.s{split}")
+        for i in range(c):
+            w = Ref(f"w{i}")
+            if kind == "plain":
+                gemv.gemv(prog, Ref("out"), Ref("x"), w, None, 1, N, K, split=split)
+            elif kind == "rmsnorm":
+                gemv.gemv_rmsnorm(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1, N, K, 1e-6,
+                                  split=split)
+            elif kind == "rmsnorm_silu":
+                gemv.gemv_rmsnorm_silu(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1,
+                                       N // 2, K, 1e-6, split=split)
+            else:
+                gemv.gemv_silu(prog, Ref("out"), Ref("gu"), w, None, 1, N, K, split=split)
+        S = prog.launches[0].args[-1 if kind in ("plain", "silu") else -2]
+        out.append({"kernel": f"gemv_{kind}", "shape": f"{N}x{K}", "split": S, "default": split is None,
+                    "bytes": wbytes, **time_program(dev, prog, arena, c, smoke, free=False)})
+    if not smoke:
+        dev.free(arena.base)
+    return out
+
+
+def split_candidates(N: int, K: int) -> list:
+    warps = gemv.gemv_warps(N, K)
+    kblocks = -(-K // 32)
+    return [None] + [s for s in (1, 2, 4, 8, 16) if s <= warps and kblocks >= 2 * s]
 
 
 def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8, D: int = 128, bs: int = 16) -> dict:
@@ -107,7 +126,7 @@ def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8,
             **time_program(dev, prog, arena, c, smoke)}
 
 
-def time_program(dev, prog, arena, launches: int, smoke: bool) -> dict:
+def time_program(dev, prog, arena, launches: int, smoke: bool, free: bool = True) -> dict:
     graph = dev.graph(dev.bind(prog, arena))
     if smoke:
         graph.launch()
@@ -115,7 +134,9 @@ def time_program(dev, prog, arena, launches: int, smoke: bool) -> dict:
     from fixedgraph.profile import gpu_ms
 
     us = gpu_ms(dev, graph.launch, 20, warmup=2) * 1e3 / launches
-    dev.free(arena.base)
+    del graph
+    if free:
+        dev.free(arena.base)
     return {"us": us}
 
 
@@ -128,9 +149,10 @@ def main() -> int:
     dev = get_device("reference" if args.smoke else "cuda")
     rows = []
     if args.smoke:
-        rows.append(bench_gemv(dev, 64, 96, "plain", True, rng))
-        rows.append(bench_gemv(dev, 64, 96, "rmsnorm", True, rng))
-        rows.append(bench_gemv(dev, 64, 96, "silu", True, rng))
+        rows += bench_gemv(dev, 64, 96, "plain", True, rng, (None, 2))
+        rows += bench_gemv(dev, 64, 96, "rmsnorm", True, rng)
+        rows += bench_gemv(dev, 64, 96, "rmsnorm_silu", True, rng)
+        rows += bench_gemv(dev, 64, 96, "silu", True, rng)
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
@@ -142,21 +164,30 @@ def main() -> int:
     copy = peers.copy_bandwidth_GBps()
     del torch
     for model, shapes in GEMV_SHAPES.items():
-        for i, (N, K) in enumerate(shapes):
-            kinds = ["plain"] + (["rmsnorm"] if i in (0, 2) else []) + (["silu"] if i == 3 else [])
-            for kind in kinds:
-                r = bench_gemv(dev, N, K, kind, False, rng)
-                r["model"] = model
-                rows.append(r)
+        # what the decode step launches: norm+qkv, o_proj, norm+gate_up+silu, down (and the
+        # plain GEMV on the fused shapes, for the cost of the fusion)
+        kinds = (("rmsnorm", "plain"), ("plain",), ("rmsnorm_silu", "plain"), ("plain",))
+        for (N, K), ks in zip(shapes, kinds):
+            for kind in ks:
+                for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K)):
+                    r["model"] = model
+                    rows.append(r)
     for ctx in (4096, 8192, 16384, 32768):
         rows.append(bench_attention(dev, ctx, False, rng))
     print(f"copy bandwidth {copy:.0f} GB/s")
-    print(f"{'kernel':<18} {'shape':<16} {'MB':>8} {'us':>9} {'GB/s':>7} {'of copy':>8}")
     for r in rows:
         r["GBps"] = r["bytes"] / (r["us"] * 1e3)
         r["fraction"] = r["GBps"] / copy
-        print(f"{r['kernel']:<18} {r['shape']:<16} {r['bytes'] / 1e6:>8.1f} {r['us']:>9.2f} {r['GBps']:>7.0f} "
-              f"{r['fraction'] * 100:>7.0f}%")
+    # One line per (kernel, shape): the launcher's default split and the best one measured.
+    print(f"{'kernel':<20} {'shape':<16} {'MB':>7} {'S':>3} {'us':>8} {'of copy':>8}  {'best S':>6} {'us':>8} {'of copy':>8}")
+    seen = {}
+    for r in rows:
+        seen.setdefault((r["kernel"], r["shape"]), []).append(r)
+    for (kernel, shape), rs in seen.items():
+        d = next((r for r in rs if r.get("default", True)), rs[0])
+        b = min(rs, key=lambda r: r["us"])
+        print(f"{kernel:<20} {shape:<16} {d['bytes'] / 1e6:>7.1f} {d.get('split', '-')!s:>3} {d['us']:>8.2f} "
+              f"{d['fraction'] * 100:>7.0f}%  {b.get('split', '-')!s:>6} {b['us']:>8.2f} {b['fraction'] * 100:>7.0f}%")
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_GBps": copy, "rows": rows}, indent=1))
     return 0

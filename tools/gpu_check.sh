@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 stages=${*:-all}
 want() { [[ " $stages " == *" all "* || " $stages " == *" $1 "* ]]; }
 summary=()
-note() { summary+=("$1"); echo "== $1"; }
+T0=$(date +%s)
+note() { summary+=("[$(( $(date +%s) - T0 ))s] $1"); echo "== $1"; }
 
 # Packages the GPU machine lacks travel as wheels in .whl/ (see docs/GPU.md).
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -29,7 +30,8 @@ fi
 note "build ok in $(( $(date +%s) - t0 ))s; $(head -2 "$OUT/gpu.txt" | tail -1)"
 
 if want tests; then
-  python3 -m pytest tests/gpu -q -rs -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
+  timeout ${TESTS_TIMEOUT:-400} python3 -m pytest tests/gpu -q -rs -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" \
+    ${TESTS_K:+-k "$TESTS_K"} > "$OUT/gpu_tests.log" 2>&1
   note "tests/gpu: $(tail -1 "$OUT/gpu_tests.log")"
   grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20
 fi
