@@ -154,6 +154,14 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
     llm.runner.resync()
     for e in events:
         drv.event_destroy(e)
+    # The generation below runs steps at contexts context+1 .. context+gen_tokens, mostly in a
+    # larger bucket than `context` and with more keys: compare its time per token with a replay
+    # at the window's middle context, so the difference is the GPU's idle time between steps.
+    mid = context + max(1, gen_tokens // 2)
+    seq_mid, _ = _eager_decode(llm, mid)
+    gen_graph_us = gpu_ms(dev, llm.runner.decode_graph(mid + 1).launch, reps, warmup=0) * 1e3
+    llm.runner.alloc.free(seq_mid)
+    llm.runner.resync()
     r = llm.runner
     r.host_step_s, r.host_steps = 0.0, 0
     prompt = np.random.default_rng(1).integers(0, llm.model.V, size=context).tolist()
@@ -164,7 +172,8 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
         "context": context, "launches_per_step": len(nodes), "graph_nodes": g.num_nodes,
         "graph_step_gpu_us": graph_us, "eager_step_gpu_us": statistics.median(eager_total),
         "sum_node_us": sum(x.us for x in nodes), "tpot_us": tpot_us,
-        "gpu_idle_between_steps_us": max(0.0, tpot_us - graph_us),
+        "graph_step_gpu_us_mid_window": gen_graph_us, "mid_window_context": mid,
+        "gpu_idle_between_steps_us": max(0.0, tpot_us - gen_graph_us),
         "host_us_per_step": r.host_step_s / max(1, r.host_steps) * 1e6,
         "bytes_per_step": total_bytes, "copy_GBps": copy_gbps,
         "floor_us": total_bytes / (copy_gbps * 1e3) if copy_gbps else None,
@@ -187,8 +196,10 @@ def format_table(res: dict, top: int = 25) -> str:
     bw = res.get("copy_GBps") or 0
     total = res["sum_node_us"]
     lines = [f"decode step at context {res['context']}: graph {res['graph_step_gpu_us']:.1f} us GPU, "
-             f"tpot {res['tpot_us']:.1f} us, idle between steps {res['gpu_idle_between_steps_us']:.1f} us, "
-             f"host {res['host_us_per_step']:.1f} us/step, {res['launches_per_step']} launches"]
+             f"tpot {res['tpot_us']:.1f} us vs graph {res.get('graph_step_gpu_us_mid_window', float('nan')):.1f} us "
+             f"at context {res.get('mid_window_context', '?')}: idle between steps "
+             f"{res['gpu_idle_between_steps_us']:.1f} us, host {res['host_us_per_step']:.1f} us/step, "
+             f"{res['launches_per_step']} launches"]
     if res.get("floor_us"):
         lines.append(f"bytes/step {res['bytes_per_step'] / 1e6:.1f} MB; floor {res['floor_us']:.1f} us at "
                      f"{bw:.0f} GB/s; graph at {res['floor_us'] / res['graph_step_gpu_us'] * 100:.0f}% of floor")
