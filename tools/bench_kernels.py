@@ -144,6 +144,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
+    ap.add_argument("--only", choices=("gemv", "attention"), help="time only these kernels")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     dev = get_device("reference" if args.smoke else "cuda")
@@ -163,7 +164,7 @@ def main() -> int:
 
     copy = peers.copy_bandwidth_GBps()
     del torch
-    for model, shapes in GEMV_SHAPES.items():
+    for model, shapes in (GEMV_SHAPES.items() if args.only != "attention" else ()):
         # what the decode step launches: norm+qkv, o_proj, norm+gate_up+silu, down (and the
         # plain GEMV on the fused shapes, for the cost of the fusion)
         kinds = (("rmsnorm", "plain"), ("plain",), ("rmsnorm_silu", "plain"), ("plain",))
@@ -172,7 +173,7 @@ def main() -> int:
                 for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K)):
                     r["model"] = model
                     rows.append(r)
-    for ctx in (4096, 8192, 16384, 32768):
+    for ctx in ((4096, 8192, 16384, 32768) if args.only != "gemv" else ()):
         rows.append(bench_attention(dev, ctx, False, rng))
     print(f"copy bandwidth {copy:.0f} GB/s")
     for r in rows:

@@ -47,7 +47,7 @@ if want runtime; then
   cat "$OUT/bench_runtime.log"
 fi
 if want kernels; then
-  python3 tools/bench_kernels.py --json "$OUT/bench_kernels.json" > "$OUT/bench_kernels.log" 2>&1
+  python3 tools/bench_kernels.py --json "$OUT/bench_kernels.json" ${KERNELS_ARGS:-} > "$OUT/bench_kernels.log" 2>&1
   note "bench_kernels rc=$?"
   cat "$OUT/bench_kernels.log" | tail -30
 fi
