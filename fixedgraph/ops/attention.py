@@ -21,7 +21,7 @@ DECODE_THREADS = 128  # fixed by the kernel (4 warps)
 PREFILL_THREADS = 128  # fixed by the kernel (4 warps x 16 query rows)
 PREFILL_ROWS_PER_CTA = 64  # (token, query head) rows per CTA
 DECODE_TILE_KEYS = 64  # keys per K/V tile of the tensor-core decode body (D <= 128)
-DECODE_STAGES = 3  # K/V tiles in flight per CTA (mirrors kDecStages in attention_decode.cuh)
+DECODE_STAGES = 2  # K/V tiles in flight per CTA
 MAX_SPLITS = 32
 MIN_KEYS_PER_SPLIT = 64  # one tile: graphs whose longest context is shorter stay at one split
 SCRATCH_O = "attn_split_o"  # [rows, Hq, num_splits, D] f32: per-split normalised outputs

@@ -16,7 +16,7 @@ namespace attn {
 
 constexpr int kDecThreads = 128;  // 4 warps; every decode entry requires exactly this block
 constexpr int kDecTileKeys = 64;  // keys per K/V tile of decode_tc: 16 per warp
-constexpr int kDecStages = 3;     // K/V tiles in flight per CTA (2 while one is computed)
+constexpr int kDecStages = 2;     // K/V tiles in flight per CTA
 
 // Bytes of dynamic shared memory decode_tc<D> needs: kDecStages (K, V) tiles of padded rows.
 __host__ __device__ constexpr int decode_tc_smem(int D) {
@@ -313,7 +313,7 @@ __device__ __forceinline__ void rope_pass(
 // the bf16 m16n8k16 MMA holds up to 16 query heads of the GQA group (zero rows past G), so each
 // K/V tile in shared memory serves the whole group. Warp w owns keys [16w, 16w + 16) of every
 // 64-key tile and keeps its own online softmax; the 4 warps merge through shared memory at the
-// end. kDecStages tiles are loading (cp.async) at once, two while one is computed. P.V uses P split into bf16
+// end. Two tiles are in flight (cp.async) while one is computed. P.V uses P split into bf16
 // hi + lo (two MMAs), so P is effectively unrounded, as in the fp32 path.
 // ROPE (paged_attention_decode_rope_d*): q is computed from rp.qkv in the CTA instead of read,
 // and the current token's K/V is written and used as described at those entries (attention.cu).

@@ -332,7 +332,7 @@ ROPE_CASES = {
     "attention_decode_rope_r3_bs16_h32kv8_d128_s32_norm": (3, 16, 32, 8, 128, 32, True, [129, 1024, 16], 2),
     "attention_decode_rope_r3_bs32_h9kv3_d64_s32": (3, 32, 9, 3, 64, 32, False, [33, 700, 5], 1),
     "attention_decode_rope_r1_bs16_h12kv1_d64_s1_norm": (1, 16, 12, 1, 64, 1, True, [1], None),
-    # one split of 5 tiles: the token's tile is a refill (300), the last prologue stage (150), the second (65)
+    # one split of up to 5 tiles: the token's tile is a refill (300: tile 4; 150: tile 2) or tile 1 (65)
     "attention_decode_rope_r3_bs16_h12kv1_d128_s1": (3, 16, 12, 1, 128, 1, False, [300, 150, 65], None),
     "attention_decode_rope_r3_bs16_h8kv4_d96_s7_norm": (3, 16, 8, 4, 96, 7, True, [50, 1, 16], 1),
     # G = 20: two head passes; the second takes the token's k/v from shared memory

@@ -116,7 +116,7 @@ def test_decode_launches():
                          8, 64, 16, 32, 8, 128, 0.088, 4)
     (dec,) = prog.launches  # the split merge happens inside the decode launch
     assert (dec.entry, dec.grid, dec.block) == ("paged_attention_decode_d128", (8, 8, 4), (128, 1, 1))
-    assert dec.shared == ops.decode_shared_bytes(128) == 3 * 2 * 64 * 136 * 2  # stages x (K, V) x keys x padded row
+    assert dec.shared == ops.decode_shared_bytes(128) == 2 * 2 * 64 * 136 * 2
     assert dec.args[3] == Ref(ops.SCRATCH_COUNT)
     prog1 = Program("p1")
     ops.attention_decode(prog1, Ref("o"), Ref("q"), Ref("k"), Ref("v"), Ref("bt"), Ref("sl"), None,
