@@ -93,3 +93,22 @@ def test_fixed_addresses_do_not_move(tiny, rng):
     base = tiny.arena.base
     tiny.generate([rng.integers(0, 1000, size=5).tolist()], SamplingParams(max_tokens=3, ignore_eos=True))
     assert tiny.arena.base == base and tiny.fixed is f and "block_table" in f.table()
+
+
+def test_a_step_that_never_publishes_its_token_is_an_error(tiny):
+    """The stream ran everything queued but the ring slot still holds the sentinel: the runner
+    says so instead of spinning forever (on the GPU the same check follows a stream query)."""
+    from fixedgraph.errors import FixedGraphError
+
+    r = tiny.runner
+    step = 3
+    r.ring_i32[step % tiny.model.sizes.ring_len] = -1
+    with pytest.raises(FixedGraphError, match="without publishing a token"):
+        r._wait_token(step)
+
+
+def test_token_cadence_sets_the_stall_patience(tiny, rng):
+    """The runner learns the interval between tokens; a stall check waits twice that."""
+    r = tiny.runner
+    tiny.generate([rng.integers(0, 1000, size=5).tolist()], SamplingParams(max_tokens=12, ignore_eos=True))
+    assert r._token_interval_s > 0.0 and r._last_token_t is not None
