@@ -4,12 +4,10 @@
 #include <stdint.h>
 #include "pdl.cuh"
 
-// dst[i] = src[i] for i < words.  src: the device-mapped address of one pinned host staging slot
-// (patched into the graph node per step); dst: the fixed metadata region.  [words] u32.
-// One CTA; reads go over PCIe once each, 16 bytes at a time when aligned.
-extern "C" __global__ void stage_meta(unsigned int* __restrict__ dst, const unsigned int* __restrict__ src,
-                                      unsigned int words) {
-    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
+// dst[i] = src[i] for i < words by the CTA's threads, 16 bytes at a time when both are aligned
+// (each source word is read once: over PCIe when src is device-mapped host memory).
+__device__ __forceinline__ void copy_words(unsigned int* __restrict__ dst, const unsigned int* __restrict__ src,
+                                           unsigned int words) {
     const bool vec = ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
     unsigned int head = 0;
     if (vec) {
@@ -20,6 +18,15 @@ extern "C" __global__ void stage_meta(unsigned int* __restrict__ dst, const unsi
         head = n4 * 4;
     }
     for (unsigned int i = head + threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+}
+
+// dst[i] = src[i] for i < words.  src: the device-mapped address of one pinned host staging slot
+// (patched into the graph node per step); dst: the fixed metadata region.  [words] u32.
+// One CTA; reads go over PCIe once each, 16 bytes at a time when aligned.
+extern "C" __global__ void stage_meta(unsigned int* __restrict__ dst, const unsigned int* __restrict__ src,
+                                      unsigned int words) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
+    copy_words(dst, src, words);
 }
 
 // out[j, :] = in[idx[j], :] for j < n.  in: [T, H] bf16; out: [n, H] bf16; idx: [n] i32 (in the
@@ -47,17 +54,7 @@ extern "C" __global__ void stage_meta_ring(unsigned int* __restrict__ dst, const
                                            unsigned int num_slots, unsigned int words) {
     FG_PDL_WAIT();  /* PDL: wait for the predecessor grid before any global read */
     const unsigned int c = *counter;
-    const unsigned int* src = staging + (size_t)(c % num_slots) * stride_words;
-    const bool vec = ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
-    unsigned int head = 0;
-    if (vec) {
-        const unsigned int n4 = words / 4;
-        const uint4* s4 = reinterpret_cast<const uint4*>(src);
-        uint4* d4 = reinterpret_cast<uint4*>(dst);
-        for (unsigned int i = threadIdx.x; i < n4; i += blockDim.x) d4[i] = s4[i];
-        head = n4 * 4;
-    }
-    for (unsigned int i = head + threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+    copy_words(dst, staging + (size_t)(c % num_slots) * stride_words, words);
     __syncthreads();  // every thread has read `c` before it changes
     if (threadIdx.x == 0) *counter = c + 1;
 }
