@@ -203,7 +203,8 @@ struct RopeLanes {
 
 // One warp: head x ([D] bf16), RMS-normed with weight w when w is not NULL, rotated with table
 // row cs ([D/2, 2] (cos, sin)), stored as bf16 to dst and, when not NULL, to dst2 and dst3.
-// NOTE: the operations and rounding points are those of qk_norm_rope_kv (the sum of squares
+// NOTE: the operations and rounding points are those of qk_norm_rope_kv (rope_pairs in
+// common_ops.cuh is shared with it; the sum of squares
 // spelled out as the fused multiply-adds nvcc makes of it there), so the bits match it.
 template <int D>
 __device__ __forceinline__ void rope_head(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
@@ -231,37 +232,8 @@ __device__ __forceinline__ void rope_head(const __nv_bfloat16 *x, const __nv_bfl
     for (int s = 0; s < STEPS; ++s) {
         const unsigned i = lane * VP + s * 32 * VP;
         if (i >= HALF) continue;
-        float a[VP], b[VP], c[VP], sn[VP];
-        if (w) {  // bf16(w * bf16(x * inv_rms)), as add_rmsnorm
-            float w1[VP], w2[VP];
-            load_bf16<VP>(w + i, w1);
-            load_bf16<VP>(w + HALF + i, w2);
-#pragma unroll
-            for (int j = 0; j < VP; ++j) {
-                a[j] = round_bf16(w1[j] * round_bf16(x1[s][j] * inv_rms));
-                b[j] = round_bf16(w2[j] * round_bf16(x2[s][j] * inv_rms));
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < VP; ++j) { a[j] = x1[s][j]; b[j] = x2[s][j]; }
-        }
-        if constexpr (VP == 1) {
-            c[0] = cs[2 * i];
-            sn[0] = cs[2 * i + 1];
-        } else {
-#pragma unroll
-            for (int j = 0; j < VP; j += 2) {
-                float t[4];
-                load_f32<4>(cs + 2 * (i + j), t);
-                c[j] = t[0]; sn[j] = t[1]; c[j + 1] = t[2]; sn[j + 1] = t[3];
-            }
-        }
         float o1[VP], o2[VP];
-#pragma unroll
-        for (int j = 0; j < VP; ++j) {
-            o1[j] = __fsub_rn(__fmul_rn(a[j], c[j]), __fmul_rn(b[j], sn[j]));
-            o2[j] = __fadd_rn(__fmul_rn(b[j], c[j]), __fmul_rn(a[j], sn[j]));
-        }
+        rope_pairs<VP>(x1[s], x2[s], w, inv_rms, cs, i, HALF, o1, o2);
         store_bf16<VP>(dst + i, o1);
         store_bf16<VP>(dst + HALF + i, o2);
         if (dst2) { store_bf16<VP>(dst2 + i, o1); store_bf16<VP>(dst2 + HALF + i, o2); }

@@ -123,3 +123,44 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
     if (v_nan || b_nan) return b_nan && (!v_nan || i < bi);
     return v > bv || (v == bv && i < bi);
 }
+
+// ---- RoPE (rope_kv.cu, the fused decode attention) ---------------------------------------------
+// One lane's VP rotary pairs (i + j, half + i + j), j < VP, of a head x1 | x2 (fp32): RMS-normed
+// with weight w and inv_rms when w is not NULL (add_rmsnorm's rounding: bf16(w * bf16(x * inv_rms))),
+// then rotated by table row cs ([half, 2] (cos, sin)): o1 = a*cos - b*sin, o2 = b*cos + a*sin with
+// unfused multiplies, so the numpy twin reproduces the fp32 result exactly.
+template <int VP>
+__device__ __forceinline__ void rope_pairs(const float (&x1)[VP], const float (&x2)[VP], const bf16* w,
+                                           float inv_rms, const float* cs, unsigned i, unsigned half,
+                                           float (&o1)[VP], float (&o2)[VP]) {
+    float a[VP], b[VP], c[VP], sn[VP];
+    if (w) {
+        float w1[VP], w2[VP];
+        load_bf16<VP>(w + i, w1);
+        load_bf16<VP>(w + half + i, w2);
+#pragma unroll
+        for (int j = 0; j < VP; ++j) {
+            a[j] = round_bf16(w1[j] * round_bf16(x1[j] * inv_rms));
+            b[j] = round_bf16(w2[j] * round_bf16(x2[j] * inv_rms));
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < VP; ++j) { a[j] = x1[j]; b[j] = x2[j]; }
+    }
+    if constexpr (VP == 1) {  // scalar loads: no alignment needed on the table
+        c[0] = cs[2 * i];
+        sn[0] = cs[2 * i + 1];
+    } else {
+#pragma unroll
+        for (int j = 0; j < VP; j += 2) {
+            float t[4];
+            load_f32<4>(cs + 2 * (i + j), t);
+            c[j] = t[0]; sn[j] = t[1]; c[j + 1] = t[2]; sn[j + 1] = t[3];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < VP; ++j) {
+        o1[j] = __fsub_rn(__fmul_rn(a[j], c[j]), __fmul_rn(b[j], sn[j]));
+        o2[j] = __fadd_rn(__fmul_rn(b[j], c[j]), __fmul_rn(a[j], sn[j]));
+    }
+}

@@ -72,38 +72,8 @@ __device__ __forceinline__ void rope_items(
         for (int s = 0; s < kSteps; ++s) {
             const unsigned i = lane * VP + s * 32 * VP;
             if (i >= half) continue;
-            float a[VP], b[VP], c[VP], sn[VP];
-            if (norm_w) {  // same rounding points as add_rmsnorm: bf16(w * bf16(x * inv_rms))
-                float w1[VP], w2[VP];
-                load_bf16<VP>(norm_w + i, w1);
-                load_bf16<VP>(norm_w + half + i, w2);
-#pragma unroll
-                for (int j = 0; j < VP; ++j) {
-                    a[j] = round_bf16(w1[j] * round_bf16(x1[s][j] * inv_rms));
-                    b[j] = round_bf16(w2[j] * round_bf16(x2[s][j] * inv_rms));
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < VP; ++j) { a[j] = x1[s][j]; b[j] = x2[s][j]; }
-            }
-            if constexpr (VP == 1) {  // scalar loads: no alignment needed on the table
-                c[0] = cs[2 * i];
-                sn[0] = cs[2 * i + 1];
-            } else {
-#pragma unroll
-                for (int j = 0; j < VP; j += 2) {
-                    float t[4];
-                    load_f32<4>(cs + 2 * (i + j), t);
-                    c[j] = t[0]; sn[j] = t[1]; c[j + 1] = t[2]; sn[j + 1] = t[3];
-                }
-            }
             float o1[VP], o2[VP];
-#pragma unroll
-            for (int j = 0; j < VP; ++j) {
-                // Unfused multiplies so the numpy twin reproduces the fp32 result exactly.
-                o1[j] = __fsub_rn(__fmul_rn(a[j], c[j]), __fmul_rn(b[j], sn[j]));
-                o2[j] = __fadd_rn(__fmul_rn(b[j], c[j]), __fmul_rn(a[j], sn[j]));
-            }
+            rope_pairs<VP>(x1[s], x2[s], norm_w, inv_rms, cs, i, half, o1, o2);
             store_bf16<VP>(dst + i, o1);
             store_bf16<VP>(dst + half + i, o2);
         }
