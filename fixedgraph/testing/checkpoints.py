@@ -24,6 +24,12 @@ CONFIGS: dict[str, tuple[str, dict]] = {
         vocab_size=1000, hidden_size=200, intermediate_size=400, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=128, max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=1e6,
         tie_word_embeddings=False, use_sliding_window=False)),
+    # hidden and intermediate sizes that are no multiple of 8: the GEMVs' scalar paths and the
+    # unfused head (final norm + lm_head, then argmax_rows)
+    "tiny-odd": ("Qwen3Config", dict(
+        vocab_size=999, hidden_size=100, intermediate_size=260, num_hidden_layers=2, num_attention_heads=3,
+        num_key_value_heads=1, head_dim=64, max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=1e4,
+        tie_word_embeddings=True, use_sliding_window=False)),
     "tiny-mistral": ("MistralConfig", dict(
         vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=1024, rms_norm_eps=1e-5, sliding_window=None,

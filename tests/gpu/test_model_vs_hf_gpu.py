@@ -4,7 +4,7 @@ import pytest
 from tests.model_checks import check_graph_equals_eager, check_greedy, check_teacher_forced
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "qwen3-0.6b"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-odd", "qwen3-0.6b"])
 def test_teacher_forced_logits_128_prompt_64_decode(name, cuda, tmp_path, rng):
     check_teacher_forced(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=64)
 

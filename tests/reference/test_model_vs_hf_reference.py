@@ -4,7 +4,7 @@ import pytest
 from tests.model_checks import check_graph_equals_eager, check_greedy, check_teacher_forced
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-odd"])
 def test_teacher_forced_logits(name, tmp_path, rng):
     # 40-token prompt in 16-token chunks: three prefill passes, the last one padded
     check_teacher_forced(name, "reference", tmp_path, rng, prompt_len=40, n_new=12, chunk=16)
