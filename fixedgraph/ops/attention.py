@@ -148,6 +148,10 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     (seq_len[r]-1) // block_size] * block_size + (seq_len[r]-1) % block_size`` must hold for every
     live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
     path bit for bit. Every region must be 16-byte aligned (arena regions are).
+    PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
+    launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
+    or the pools (in decode programs the staging kernel writes those at least two launches
+    earlier; a grid starts only after every grid before its predecessor has completed).
     D in (64, 96, 128). Returns the op index.
     """
     op = "attention_decode_rope"

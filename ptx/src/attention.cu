@@ -297,6 +297,10 @@ DECODE_ENTRY(256, decode_scalar, 0)
 // seq_len-1 is read from the pool as is; with seq_len > max_blocks*block_size (clamped) the
 // current token is not attended and is read nowhere. Needs 16-byte aligned qkv, rope, norms and
 // pools (the arena aligns regions to 256 B); the launch is refused otherwise.
+// NOTE (PDL): the first K/V tiles are issued before griddepcontrol.wait, so the predecessor
+// grid may write qkv but nothing else this entry reads (seq_len, block_table, positions, slots,
+// pool keys); in the decode programs those come from the step's staging kernel and earlier
+// steps (see decode_tc).
 #define DECODE_ROPE_ENTRY(DIM)                                                                 \
     extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
         paged_attention_decode_rope_d##DIM(                                                    \
@@ -306,12 +310,14 @@ DECODE_ENTRY(256, decode_scalar, 0)
             const int *block_table, const int *seq_len, unsigned rows, unsigned max_blocks,    \
             unsigned block_size, unsigned Hq, unsigned Hkv, unsigned D, unsigned num_splits,   \
             float scale, float eps) {                                                          \
-        FG_PDL_WAIT(); /* PDL: wait for the predecessor grid first */                           \
         auto al = [](const void *p) { return p == nullptr || aligned_to(p, 16); };             \
         if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0 ||               \
             dynamic_smem_bytes() < (unsigned)attn::decode_tc_smem(DIM) || !al(qkv) ||           \
-            !al(q_norm) || !al(k_norm) || !al(rope) || !al(k_pool) || !al(v_pool))              \
+            !al(q_norm) || !al(k_norm) || !al(rope) || !al(k_pool) || !al(v_pool)) {            \
+            FG_PDL_WAIT(); /* refused: still completes only after the predecessor */            \
             return;                                                                             \
+        }                                                                                       \
+        /* decode_tc waits itself, once its first K/V tiles are in flight (PDL prefetch) */     \
         const attn::RopeArgs rp{qkv, q_norm, k_norm, rope, positions, slots, k_pool, v_pool, eps}; \
         decode_tc<DIM, true>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool,           \
                              block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv,       \

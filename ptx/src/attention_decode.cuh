@@ -11,6 +11,7 @@
 
 #include "attention.cuh"
 #include "common_ops.cuh"
+#include "pdl.cuh"
 
 namespace attn {
 
@@ -126,7 +127,9 @@ struct TileLoad {
 
 // Issue one tile's cp.async (keys [kbase, kbase + 64) of kv head kvh) into s_k/s_v and commit.
 // Keys at or past kend are zero-filled and read nothing: garbage or NaN in unwritten pool
-// slots never reaches P.V. Block-table entries are all loaded before the first copy is issued.
+// slots never reaches P.V. Block-table entries are all loaded before the first copy is issued,
+// through L2 (ld.cg; the copies are cp.async.cg), since decode_tc issues the first tiles before
+// its PDL wait (see there).
 // SUB (the fused-RoPE entries): key sub_key is never read from the pools; its rows are copied
 // from sub_k/sub_v (shared memory, [D] bf16) when given, else left for the caller to store
 // before the barrier that precedes the tile's use (no cp.async may target those rows).
@@ -142,7 +145,7 @@ __device__ __forceinline__ void load_kv_tile(
     for (int it = 0; it < N; ++it) {
         const int key = kbase + (int)(threadIdx.x + it * kDecThreads) / CHUNKS;
         tok[it] = key < kend && !(SUB && key == sub_key)
-                      ? (unsigned)__ldg(bt + (unsigned)key / block_size) * block_size +
+                      ? (unsigned)__ldcg(bt + (unsigned)key / block_size) * block_size +
                             (unsigned)key % block_size
                       : ~0u;
     }
@@ -289,6 +292,14 @@ __device__ __forceinline__ void rope_pass(
 // hi + lo (two MMAs), so P is effectively unrounded, as in the fp32 path.
 // ROPE (paged_attention_decode_rope_d*): q is computed from rp.qkv in the CTA instead of read,
 // and the current token's K/V is written and used as described at those entries (attention.cu).
+// PDL (ROPE only; the plain entry waits before calling): the CTA issues its first work item's
+// first K/V tiles *before* griddepcontrol.wait. What they read was written at least two launches
+// earlier: seq_len, block_table and slots by the step's staging kernel, the pool keys other than
+// the current one by earlier steps (the current key is this kernel's own, taken from shared
+// memory); the predecessor grid writes only qkv. A grid starts only after every CTA of
+// its predecessor passed its own wait, so every grid before the predecessor has completed. Those
+// early reads go through L2 (ld.cg, cp.async.cg), never a possibly stale L1 line. Everything the
+// predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
 template <int D, bool ROPE = false>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
@@ -333,12 +344,13 @@ __device__ __forceinline__ void decode_tc(
     const uint32_t v_lane = ((warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8) * 2;
     // Q (x4, the A operand): matrix lane/8 = (row half (lane/8)&1, dim half lane/16), row lane%8.
     const uint32_t q_lane = smem_addr(s_q + (lane & 15) * LD + (lane >> 4) * 8);
+    bool waited = !ROPE;  // PDL: griddepcontrol.wait done (the plain entry waits on entry)
 
     for (unsigned row = blockIdx.y; row < rows; row += gridDim.y)
     for (unsigned split = blockIdx.z; split < S; split += gridDim.z)
     for (unsigned kvh = blockIdx.x; kvh < Hkv; kvh += gridDim.x) {
-        // PDL: first dependent read below (seq_len, block_table, q and the pools)
-        const int seq = seq_len[row];
+        // PDL: staged metadata, readable before the wait through L2 (see above)
+        const int seq = __ldcg(seq_len + row);
         const int len = (int)max(0LL, min((long long)seq, cap));
         const SplitRange sr = split_range(len, S, block_size, split);
         if (split >= (unsigned)max(sr.used, 1)) continue;  // empty split: costs one load
@@ -348,7 +360,7 @@ __device__ __forceinline__ void decode_tc(
         int sub_key = -1;        // ROPE, >= 0: key taken from s_ck/s_cv, never from the pools
         if constexpr (ROPE) {
             if (split == (unsigned)max(sr.used, 1) - 1) {  // holds key seq - 1 (or len == 0)
-                kv_slot = rp.slots[row];
+                kv_slot = __ldcg(rp.slots + row);
                 if (kv_slot >= 0 && seq >= 1 && seq <= cap) sub_key = seq - 1;
             }
         }
@@ -377,6 +389,10 @@ __device__ __forceinline__ void decode_tc(
                 } else {
                     cp_async_commit();
                 }
+            }
+            if (!waited) {  // PDL (ROPE): the first tiles fly while the predecessor finishes
+                FG_PDL_WAIT();
+                waited = true;
             }
             if constexpr (ROPE) {  // overlaps the K/V copies just issued
                 const int sub_tile = (sub_key - sr.start) / TK;
@@ -533,4 +549,5 @@ __device__ __forceinline__ void decode_tc(
         if (sr.used >= 2)
             arrive_and_merge<D>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
     }
+    if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
 }
