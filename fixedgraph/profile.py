@@ -4,6 +4,12 @@ The decode program is replayed eagerly with an event before every launch (no Pyt
 launches), many times; each node's median time is compared with the bytes it must move (each
 operand once) over the measured copy bandwidth. Also: the graph's step time, the GPU idle time
 between queued steps, host µs per step. Output: a table, JSON and a Chrome/Perfetto trace.
+
+Eager per-node times carry launch costs that the graph's PDL chain hides, so the profiler also
+measures each kernel entry *inside* the graph: the replay time of the decode graph without that
+entry's launches (the difference is the entry's marginal cost in the real chain) and of a graph
+of only that entry's launches (its cost when chained with itself). Data is then garbage, timing
+is not: no kernel's work depends on values.
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from fixedgraph.backends.base import BoundLaunch
+from fixedgraph.backends.base import Bound, BoundLaunch
 from fixedgraph.backends.reference.twins import param_names
 from fixedgraph.models.dense import RING, STAGING
 from fixedgraph.sampling import SamplingParams
@@ -121,8 +127,42 @@ def _eager_decode(llm, context: int):
     return seq, bound
 
 
+def _kept(op, drop: str | None, only: str | None) -> bool:
+    if not isinstance(op, BoundLaunch) or op.entry.name.startswith("stage_meta"):
+        return True  # copies and the metadata staging always run: every kernel reads their output
+    return op.entry.name != drop if only is None else op.entry.name == only
+
+
+def graph_ablation(device, bound, reps: int) -> list[dict]:
+    """Per kernel entry of ``bound`` (a decode program): GPU us of a graph replay without that
+    entry's launches (``marginal_us`` = full - without: its cost in the real chain) and of a
+    graph holding only its launches (``alone_us``), plus per-launch figures."""
+    from fixedgraph.backends.cuda import CudaGraph
+
+    def replay_us(ops) -> float:
+        g = CudaGraph(device, Bound(bound.program, ops, bound.resolve))
+        try:
+            return gpu_ms(device, g.launch, reps, warmup=2) * 1e3
+        finally:
+            del g
+
+    full = replay_us(list(bound.ops))
+    entries: dict[str, int] = {}
+    for op in bound.ops:
+        if isinstance(op, BoundLaunch) and not op.entry.name.startswith("stage_meta"):
+            entries[op.entry.name] = entries.get(op.entry.name, 0) + 1
+    out = []
+    for name, n in entries.items():
+        without = replay_us([op for op in bound.ops if _kept(op, name, None)])
+        alone = replay_us([op for op in bound.ops if _kept(op, None, name)])
+        out.append({"entry": name, "launches": n, "full_us": full, "without_us": without,
+                    "marginal_us": full - without, "marginal_us_per_launch": (full - without) / n,
+                    "alone_us": alone, "alone_us_per_launch": alone / n})
+    return out
+
+
 def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | None = None,
-                   gen_tokens: int = 256) -> dict:
+                   gen_tokens: int = 256, ablation: bool = True) -> dict:
     """Profile the width-1 greedy decode step of a booted CUDA ``LLM`` at ``context`` tokens."""
     from fixedgraph import _driver as drv
 
@@ -140,6 +180,7 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
             for i in range(n):
                 per_op[i].append(drv.event_elapsed_ms(events[i], events[i + 1]) * 1e3)
     eager_total = [sum(col) for col in zip(*per_op)]
+    ablation_rows = graph_ablation(dev, bound, reps) if ablation else []
     nodes = []
     for i, b in enumerate(bound.ops):
         if not isinstance(b, BoundLaunch):
@@ -178,6 +219,7 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
         "bytes_per_step": total_bytes, "copy_GBps": copy_gbps,
         "floor_us": total_bytes / (copy_gbps * 1e3) if copy_gbps else None,
         "nodes": [dict(asdict(x), gbps=x.gbps) for x in nodes],
+        "in_graph": ablation_rows,
     }
     return res
 
@@ -208,6 +250,12 @@ def format_table(res: dict, top: int = 25) -> str:
         gbps = nbytes / (us * 1e3) if us else 0
         lines.append(f"{entry:<28} {n:>4} {us:>9.1f} {us / total * 100:>5.1f}% {gbps:>7.0f} "
                      f"{gbps / bw * 100 if bw else 0:>5.0f}%")
+    if res.get("in_graph"):
+        lines.append("in the graph (replay without an entry's launches / with only them), us:")
+        lines.append(f"{'entry':<28} {'n':>4} {'marginal':>9} {'per launch':>10} {'alone':>9} {'per launch':>10}")
+        for a in sorted(res["in_graph"], key=lambda a: -a["marginal_us"]):
+            lines.append(f"{a['entry']:<28} {a['launches']:>4} {a['marginal_us']:>9.1f} "
+                         f"{a['marginal_us_per_launch']:>10.2f} {a['alone_us']:>9.1f} {a['alone_us_per_launch']:>10.2f}")
     lines.append("slowest nodes:")
     for x in sorted(res["nodes"], key=lambda x: -x["us"])[:top]:
         lines.append(f"  {x['index']:>4} {x['label'][:30]:<30} {x['entry']:<26} {x['us']:>8.1f} us "

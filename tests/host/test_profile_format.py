@@ -40,5 +40,8 @@ def test_table_and_trace():
     assert by_entry(res)[0] == ("gemv_bf16", 2, 15.0, 50_000_000)
     table = format_table(res)
     assert "gemv_bf16" in table and "84% of floor" in table
+    res["in_graph"] = [{"entry": "gemv_bf16", "launches": 2, "full_us": 15.0, "without_us": 4.0, "marginal_us": 11.0,
+                        "marginal_us_per_launch": 5.5, "alone_us": 12.0, "alone_us_per_launch": 6.0}]
+    assert "in the graph" in format_table(res) and "5.50" in format_table(res)
     trace = json.loads(chrome_trace(res))["traceEvents"]
     assert [e["ts"] for e in trace] == [0.0, 10.0, 15.0] and trace[0]["dur"] == 10.0

@@ -1,0 +1,20 @@
+"""The profiler on the GPU: eager per-node times, graph replay, and the in-graph ablation."""
+from fixedgraph.profile import format_table, profile_decode
+from tests.model_checks import check_teacher_forced
+
+
+def test_profile_decode_in_graph(cuda, tmp_path, rng):
+    llm, _, _ = check_teacher_forced("tiny-qwen3", "cuda", tmp_path, rng, prompt_len=32, n_new=4, chunk=32)
+    res = profile_decode(llm, context=32, reps=5, copy_gbps=1000.0, gen_tokens=8)
+    entries = {n["entry"] for n in res["nodes"]}
+    assert res["launches_per_step"] == len(res["nodes"]) > 0
+    assert res["graph_step_gpu_us"] > 0 and res["tpot_us"] > 0 and res["host_us_per_step"] > 0
+    rows = res["in_graph"]
+    assert {a["entry"] for a in rows} == {e for e in entries if not e.startswith("stage_meta")}
+    assert sum(a["launches"] for a in rows) == len(res["nodes"]) - sum(e.startswith("stage_meta") for e in
+                                                                      (n["entry"] for n in res["nodes"]))
+    for a in rows:
+        assert 0 < a["without_us"] < a["full_us"] * 1.5 and a["alone_us"] > 0
+        assert abs(a["marginal_us"] - (a["full_us"] - a["without_us"])) < 1e-9
+    table = format_table(res)
+    assert "in the graph" in table and all(a["entry"] in table for a in rows)
