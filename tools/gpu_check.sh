@@ -3,7 +3,11 @@
 # under compute-sanitizer memcheck, run the benchmarks. Logs and JSON go under $OUT; a short
 # table is printed last.
 #
-#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model all (default all)
+#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab all (default all)
+#
+# ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
+# tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
+# the same call, so that a change is judged against its baseline on the same machine and clocks.
 set -u
 OUT=${OUT:-/tmp/fixedgraph_out}
 mkdir -p "$OUT"
@@ -56,6 +60,25 @@ if want model && [ -f tools/bench.py ]; then
   python3 tools/bench.py --json "$OUT/bench_model.json" --profile-dir "$OUT/prof" ${BENCH_ARGS:-} > "$OUT/bench_model.log" 2>&1
   note "bench model rc=$?"
   grep -v '^ ' "$OUT/bench_model.log" | grep -v '^[{}]' | tail -60
+fi
+if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
+  site=${PYTHONPATH#$PWD:}
+  sides=()
+  for d in .ab/*/; do
+    d=${d%/}
+    if (cd "$d" && python3 setup.py build_ext --inplace > "$OUT/build_${d##*/}.log" 2>&1); then sides+=("$d")
+    else tail -20 "$OUT/build_${d##*/}.log"; echo "BUILD FAILED: $d"; fi
+  done
+  sides+=(.)
+  for r in $(seq 1 ${AB_ROUNDS:-2}); do
+    for d in "${sides[@]}"; do
+      name=${d##*/}; [ "$d" = . ] && name=cand
+      dir=$(cd "$d" && pwd)
+      (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} \
+         --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
+      note "ab $name round $r rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f}\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/ab_${name}_$r.json" 2>&1 | tail -1)"
+    done
+  done
 fi
 echo
 echo "================ summary ================"
