@@ -8,6 +8,7 @@
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
 # the same call, so that a change is judged against its baseline on the same machine and clocks.
+# AB_PROFILE=1: the first round also profiles each side (tables in ab_NAME_1.log).
 set -u
 OUT=${OUT:-/tmp/fixedgraph_out}
 mkdir -p "$OUT"
@@ -74,7 +75,8 @@ if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
     for d in "${sides[@]}"; do
       name=${d##*/}; [ "$d" = . ] && name=cand
       dir=$(cd "$d" && pwd)
-      (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} \
+      prof=(); [ -n "${AB_PROFILE:-}" ] && [ "$r" = 1 ] && prof=(--profile-dir "$OUT/prof_$name")
+      (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} "${prof[@]}" \
          --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
       note "ab $name round $r rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f}\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/ab_${name}_$r.json" 2>&1 | tail -1)"
     done
