@@ -75,7 +75,7 @@ if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
     for d in "${sides[@]}"; do
       name=${d##*/}; [ "$d" = . ] && name=cand
       dir=$(cd "$d" && pwd)
-      prof=(); [ -n "${AB_PROFILE:-}" ] && [ "$r" = 1 ] && prof=(--profile-dir "$OUT/prof_$name")
+      prof=(); [ -n "${AB_PROFILE:-}" ] && [ "$r" = 1 ] && mkdir -p "$OUT/prof_$name" && prof=(--profile-dir "$OUT/prof_$name")
       (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} "${prof[@]}" \
          --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
       note "ab $name round $r rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f}\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/ab_${name}_$r.json" 2>&1 | tail -1)"
