@@ -225,7 +225,9 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(
                     __syncthreads();
                     prefix = (prefix << bits) | sel.bin;
                     need = sel.need - sel.excl;
-                    if (sel.cnt == 1 || level == 2) { thresh = prefix << shift; break; }
+                    // NOTE: max, not assignment: a bin that decides early may also hold keys
+                    // below top-k's threshold (not counted above, as they are no survivors).
+                    if (sel.cnt == 1 || level == 2) { thresh = max(thresh, prefix << shift); break; }
                 }
             }
 

@@ -200,6 +200,21 @@ def odd_case(rng):
     return build("sample_odd_shapes", rng, V, s, ring_len=int(rng.integers(1, 4)))
 
 
+@kernel_case("sample_topk_then_topp")
+def topk_then_topp_case(rng):
+    # top-k keeps 2 of 5 close logits (4.8-5.0), split over two radix bins at the first level:
+    # 5.0 alone in its bin, 4.8-4.95 in the next. top-p's target falls in that next bin, where
+    # 4.95 is the one survivor, so top-p decides at the first level; its threshold (the bin's
+    # floor) must not readmit 4.8-4.9, which top-k dropped. Each draw picks them ~3/5 of the time.
+    V, rows = 64, 16
+    x = np.full((rows, V), -10.0, dtype=np.float32)
+    for r in range(rows):
+        ids = rng.choice(V, size=5, replace=False)
+        x[r, ids] = [5.0, 4.95, 4.9, 4.85, 4.8]
+    return build("sample_topk_then_topp", rng, V, [(1.0, 0.99, 0.0, 1.0, 2)] * rows, logits=x,
+                 with_seen=False)
+
+
 @kernel_case("sample_many_rows_v1000")
 def many_rows_case(rng):
     # The widest batch: more rows than SMs, every setting mixed.
