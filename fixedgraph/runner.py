@@ -25,7 +25,8 @@ from fixedgraph.ops import sample as sample_ops
 from fixedgraph.sampling import SamplingParams
 
 _SENTINEL = -1
-_POLL_S = 2e-4  # between stream queries while a token is awaited (a query surfaces a device fault)
+_POLL_MIN_S = 1e-3  # the shortest wait before a token counts as late and the stream is queried
+_POLL_MAX_S = 0.1  # the longest: a fault never goes unnoticed for longer
 
 
 @dataclass
@@ -54,6 +55,8 @@ class Runner:
         self.graphs = self._build_graphs()
         self._seen_words = -(-model.V // 32)
         self._next_seq = 0
+        self._token_interval_s = 0.0  # moving average of the time between published tokens
+        self._last_token_t: float | None = None
         self.host_step_s = 0.0  # host time spent preparing + launching decode steps (no waiting)
         self.host_steps = 0
 
@@ -101,16 +104,23 @@ class Runner:
                 "table": v["block_table"][0], "sample": v["sample"][0]}
 
     def _wait_token(self, step: int, row: int = 0, width: int = 1) -> int:
-        """Spin on the mapped ring until step ``step`` publishes row ``row``'s token. After
-        _POLL_S without it, ask the stream (never blocking, so the steps queued behind this one
-        keep the GPU busy) whether it still runs or has faulted; a stream that finished without
-        the token is an error."""
+        """Spin on the mapped ring until step ``step`` publishes row ``row``'s token. Only a
+        token that is late (twice the recent interval between tokens, at least _POLL_MIN_S) makes
+        the host ask the stream, without blocking (the steps queued behind keep the GPU busy),
+        whether it still runs or has faulted; a stream that finished without the token is an
+        error. Queries stay rare: each is a driver call, and the GPU may idle while it runs."""
         idx = (step % self.model.sizes.ring_len) * width + row
         ring = self.ring_i32
-        t_next = time.perf_counter() + _POLL_S
+        t0 = time.perf_counter()
+        patience = min(_POLL_MAX_S, max(_POLL_MIN_S, 2.0 * self._token_interval_s))
+        t_next = t0 + patience
         while True:
             tok = int(ring[idx])
             if tok != _SENTINEL:
+                now = time.perf_counter()
+                if self._last_token_t is not None:  # moving average of the token cadence
+                    self._token_interval_s += 0.1 * ((now - self._last_token_t) - self._token_interval_s)
+                self._last_token_t = now
                 return tok
             if time.perf_counter() >= t_next:
                 if self.device.idle():  # raises if the stream faulted
@@ -118,7 +128,7 @@ class Runner:
                     if tok == _SENTINEL:
                         raise FixedGraphError(f"decode step {step} finished without publishing a token")
                     return tok
-                t_next = time.perf_counter() + _POLL_S
+                t_next = time.perf_counter() + patience
 
     # ---- a sequence --------------------------------------------------------------------------
 
@@ -139,6 +149,7 @@ class Runner:
         seq = self._next_seq
         self._next_seq += 1
         self.alloc.allocate(seq, len(prompt))
+        self._last_token_t = None  # the cadence is measured within a request (prefill excluded below)
         sampling = not params.is_greedy or params.repetition_penalty != 1.0
         try:
             if params.repetition_penalty != 1.0:

@@ -106,3 +106,9 @@ def test_a_step_that_never_publishes_its_token_is_an_error(tiny):
     with pytest.raises(FixedGraphError, match="without publishing a token"):
         r._wait_token(step)
 
+
+def test_token_cadence_sets_the_stall_patience(tiny, rng):
+    """The runner learns the interval between tokens; a stall check waits twice that."""
+    r = tiny.runner
+    tiny.generate([rng.integers(0, 1000, size=5).tolist()], SamplingParams(max_tokens=12, ignore_eos=True))
+    assert r._token_interval_s > 0.0 and r._last_token_t is not None
