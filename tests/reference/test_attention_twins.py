@@ -214,7 +214,7 @@ def test_launchers_refuse_bad_shapes():
 
 
 def test_choose_num_splits():
-    assert ops.choose_num_splits(100, 1, 8) == 1  # too short to split
+    assert ops.choose_num_splits(ops.MIN_KEYS_PER_SPLIT * 2 - 1, 1, 8) == 1  # too short to split
     assert ops.choose_num_splits(32768, 256, 8) == 1  # the batch already fills the GPU
     long_one = ops.choose_num_splits(32768, 1, 8)
     assert long_one == ops.MAX_SPLITS and 1 * 8 * long_one >= 132
