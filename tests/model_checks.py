@@ -38,29 +38,43 @@ def check_teacher_forced(name, backend, tmp_path, rng, prompt_len, n_new, chunk,
     return llm, model, tokens
 
 
-def well_conditioned_prompt(model, vocab: int, prompt_len: int, n_new: int, rng, min_margin: float = 0.1):
+def well_conditioned_prompt(model, vocab: int, prompt_len: int, n_new: int, rng, min_margin: float = 0.1,
+                            tries: int = 60):
     """A random prompt whose float32 greedy continuation never has a near-tie (top-1 minus
     top-2 logit < ``min_margin``): there bf16 and float32 may legitimately pick differently, so
-    only well-conditioned trajectories can demand identical tokens."""
+    only well-conditioned trajectories can demand identical tokens. Returns (prompt, reference
+    tokens, clean); when no try is clean, the last prompt with clean = False."""
     from fixedgraph.testing.hf_compare import hf_greedy, hf_logits
 
-    for _ in range(60):
+    for _ in range(tries):
         prompt = rng.integers(0, vocab, size=prompt_len).tolist()
         ref = hf_greedy(model, prompt, n_new)
         logits = hf_logits(model, prompt + ref)[prompt_len - 1 : prompt_len - 1 + n_new]
         top2 = np.sort(logits, axis=-1)[:, -2:]
         if float((top2[:, 1] - top2[:, 0]).min()) >= min_margin:
-            return prompt, ref
-    pytest.skip(f"no prompt in 60 tries has a greedy trajectory with margins >= {min_margin}")
+            return prompt, ref, True
+    return prompt, ref, False
 
 
-def check_greedy(name, backend, tmp_path, rng, prompt_len, n_new, chunk):
+def check_greedy(name, backend, tmp_path, rng, prompt_len, n_new, chunk, min_margin: float = 0.1):
+    """Greedy tokens equal float32 transformers' on a well-conditioned prompt. Where the random
+    model offers none (its top-2 logits come within ``min_margin`` somewhere on every try), the
+    tokens may part only at a step where our pick is within ``min_margin`` of transformers' best
+    logit on the shared prefix: a divergence at any clear-margin step fails."""
+    from fixedgraph.testing.hf_compare import hf_logits
+
     model, llm = build(name, backend, tmp_path, prompt_len + n_new + 8, chunk, int(rng.integers(1 << 30)))
-    prompt, ref = well_conditioned_prompt(model, llm.config.vocab_size, prompt_len, n_new, rng)
+    prompt, ref, clean = well_conditioned_prompt(model, llm.config.vocab_size, prompt_len, n_new, rng, min_margin)
     ours = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True))[0]
-    first = next((i for i, (a, b) in enumerate(zip(ours.token_ids, ref)) if a != b), None)
-    assert ours.token_ids == ref, f"first divergence at step {first}"
     assert ours.finish_reason == "length" and len(ours.token_ids) == n_new
+    first = next((i for i, (a, b) in enumerate(zip(ours.token_ids, ref)) if a != b), None)
+    if first is None:
+        return
+    # the prefixes agree up to `first`: transformers' logits there judge both picks
+    logits = hf_logits(model, prompt + ref)[prompt_len - 1 + first]
+    gap = float(logits[ref[first]] - logits[ours.token_ids[first]])
+    assert gap < min_margin, (f"first divergence at step {first} ({'well-conditioned' if clean else 'fallback'} "
+                              f"prompt): picked {ours.token_ids[first]}, {gap:.3f} below the reference's {ref[first]}")
 
 
 def check_graph_equals_eager(llm, tokens, prompt_len):
