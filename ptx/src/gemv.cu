@@ -14,9 +14,8 @@
 // - When N is small the S warps of a tile split K inside the block and reduce through shared
 //   memory, so the grid still covers the SMs without a split-K scratch buffer or second pass;
 //   small-N layers take 512-thread blocks (S up to 16) so that one batch per warp covers K.
-// - W never depends on the previous kernel, so each warp loads its first W batch into registers
-//   (and each CTA asks L2 for the rest of its first rows) before it reads anything a
-//   predecessor wrote (x, hidden, gate_up): the prologue and, under Programmatic Dependent
+// - W never depends on the previous kernel, so each warp copies its first W batch into shared
+//   memory before it reads anything a predecessor wrote (x, hidden, gate_up): the prologue and, under Programmatic Dependent
 //   Launch (pdl.cuh), the predecessor's tail overlap that DRAM latency.
 // NOTE: blockDim must be (256 or 512, 1, 1); any gridDim.x is correct (grid-stride loop).
 // S (warps per column tile) is the launcher's `split` argument (fixedgraph/ops/gemv.py picks
@@ -35,8 +34,6 @@
 #define GEMV_TARGET_WARPS 2048u  // ~16 warps per SM on 132 SMs
 #define GEMV_MIN_KBLOCKS 2       // k32 blocks per warp worth a k split (fewer: reduce costs more)
 #define GEMV_MAX_REGS 80           // 3 CTAs of 256 threads (or 1 of 512) per SM, no spills
-#define GEMV_PREFETCH_BYTES 65536u  // L2 prefetch per CTA: 396 resident CTAs ask for <= 25 MB
-#define GEMV_PREFETCH_CHUNK 8192u    // bytes per cp.async.bulk.prefetch (one per thread)
 
 // Warps per column tile (k split inside the block): a power of two <= warps, raised while the
 // grid is short of GEMV_TARGET_WARPS and every warp still gets >= GEMV_MIN_KBLOCKS k32 blocks.
@@ -97,16 +94,6 @@ enum OutMode { OUT_BF16 = 0, OUT_F32 = 1, OUT_SILU = 2 };
 template <int MODE>
 __device__ __forceinline__ WRows w_rows_for(const bf16* W, uint32_t N, uint32_t K, uint32_t n0, uint32_t g) {
   return MODE == OUT_SILU ? w_rows_paired(W, N, K, n0, g) : w_rows(W, N, K, n0, g);
-}
-
-// L2 prefetch of bytes (a multiple of 16) at a 16-byte aligned p, split over the first threads.
-__device__ __forceinline__ void prefetch_w_l2(const bf16* p, size_t bytes) {
-  const size_t off = (size_t)threadIdx.x * GEMV_PREFETCH_CHUNK;
-  if (off < bytes) {
-    const uint32_t n = (uint32_t)min((size_t)GEMV_PREFETCH_CHUNK, bytes - off);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<const char*>(p) + off), "r"(n)
-                 : "memory");
-  }
 }
 
 // k32 blocks per batch: GEMV_UNROLL on the 16-byte path; 1 on the scalar path, whose 8 loads
@@ -192,10 +179,10 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   constexpr int U = GEMV_BATCH(VEC);
 
   // Before anything a predecessor wrote is read (W never is): each warp copies its first W
-  // batch into its slice of the preload area (cp.async, no registers held), and each CTA asks
-  // L2 for the rest of its first group of W rows (contiguous), so DRAM latency overlaps the
-  // prologue and, under PDL, the predecessor's tail. For the small layers of small models that
-  // first batch is the warp's whole share of W. The launcher sizes dynamic shared memory as
+  // batch into its slice of the preload area (cp.async, no registers held), so DRAM latency
+  // overlaps the prologue and, under PDL, the predecessor's tail. For the small layers of small
+  // models that first batch is the warp's whole share of W. (No cp.async.bulk.prefetch.L2 of
+  // the CTA's further rows: measured, 64 KiB per CTA cost 8B 4% of its step and 256 KiB 14%.) The launcher sizes dynamic shared memory as
   // [x rows (fused entries)][preload: warps x GEMV_PRELOAD_WARP_BYTES] when that fits, else
   // without the preload area, which the kernel reads off %dynamic_smem_size.
   // NOTE: `first` is CTA-uniform (the k-split reduce below has barriers); a warp whose k slice
@@ -213,17 +200,6 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       cp_async_16(smem_u32(pre_w + (2 * u + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
     }
     cp_async_commit();
-  }
-  if (VEC && first) {
-    const uint32_t n_first = blockIdx.x * tiles_per_block * GEMV_TILE_N;
-    const uint32_t n_count = min(tiles_per_block * GEMV_TILE_N, N - n_first);
-    if (MODE == OUT_SILU) {  // the group's gate rows and its up rows: two runs of half the bytes
-      const size_t half = min((size_t)n_count / 2 * K * 2, (size_t)GEMV_PREFETCH_BYTES / 2);
-      prefetch_w_l2(W + (size_t)(n_first / 2) * K, half);
-      prefetch_w_l2(W + (size_t)(N / 2 + n_first / 2) * K, half);
-    } else {
-      prefetch_w_l2(W + (size_t)n_first * K, min((size_t)n_count * K * 2, (size_t)GEMV_PREFETCH_BYTES));
-    }
   }
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
   FG_PDL_WAIT();
