@@ -5,6 +5,11 @@ launches), many times; each node's median time is compared with the bytes it mus
 operand once) over the measured copy bandwidth. Also: the graph's step time, the GPU idle time
 between queued steps, host µs per step. Output: a table, JSON and a Chrome/Perfetto trace.
 
+The GPU's idle time between decode steps is measured directly: during a real generation the
+runner's step hook records a CUDA event just before each step's graph is enqueued and one just
+after. With steps queued ahead, "before k+1" runs on the GPU right after "after k"; when the host
+is late the GPU waits in between, so the time between the two events is the gap.
+
 Eager per-node times carry launch costs that the graph's PDL chain hides, so the profiler also
 measures each kernel entry *inside* the graph: the replay time of the decode graph without that
 entry's launches (the difference is the entry's marginal cost in the real chain) and of a graph
@@ -161,6 +166,42 @@ def graph_ablation(device, bound, reps: int) -> list[dict]:
     return out
 
 
+def step_gaps(gaps_us: list[float]) -> dict:
+    """Summary of the GPU's gaps between consecutive decode steps (us)."""
+    if not gaps_us:
+        return {"steps": 0}
+    g = sorted(gaps_us)
+    pick = lambda q: g[min(len(g) - 1, int(q * len(g)))]  # noqa: E731
+    return {"steps": len(g), "mean_us": sum(g) / len(g), "median_us": pick(0.5), "p90_us": pick(0.9),
+            "max_us": g[-1], "total_us": sum(g)}
+
+
+def generate_with_gaps(llm, prompt: list[int], n_new: int) -> tuple[object, list[float]]:
+    """Greedy-generate ``n_new`` tokens with the runner's step hook recording an event before and
+    after each decode step's launch; returns the output and the gaps (us) between steps."""
+    from fixedgraph import _driver as drv
+
+    r, stream = llm.runner, llm.device.stream
+    before: dict[int, int] = {}
+    after: dict[int, int] = {}
+
+    def hook(step: int, done: bool) -> None:
+        e = drv.event_create()
+        drv.event_record(e, stream)
+        (after if done else before)[step] = e
+
+    r.step_hook = hook
+    try:
+        out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True))[0]
+        llm.device.synchronize()
+        gaps = [drv.event_elapsed_ms(after[k], before[k + 1]) * 1e3 for k in sorted(after) if k + 1 in before]
+    finally:
+        r.step_hook = None
+        for e in (*before.values(), *after.values()):
+            drv.event_destroy(e)
+    return out, gaps
+
+
 def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | None = None,
                    gen_tokens: int = 256, ablation: bool = True) -> dict:
     """Profile the width-1 greedy decode step of a booted CUDA ``LLM`` at ``context`` tokens."""
@@ -208,14 +249,18 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
     prompt = np.random.default_rng(1).integers(0, llm.model.V, size=context).tolist()
     out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=gen_tokens, ignore_eos=True))[0]
     tpot_us = out.metrics.tpot_s * 1e6
+    host_us = r.host_step_s / max(1, r.host_steps) * 1e6
+    _, gaps = generate_with_gaps(llm, prompt, gen_tokens)  # a second run: events cost host time
     total_bytes = sum(x.bytes for x in nodes)
     res = {
         "context": context, "launches_per_step": len(nodes), "graph_nodes": g.num_nodes,
         "graph_step_gpu_us": graph_us, "eager_step_gpu_us": statistics.median(eager_total),
         "sum_node_us": sum(x.us for x in nodes), "tpot_us": tpot_us,
         "graph_step_gpu_us_mid_window": gen_graph_us, "mid_window_context": mid,
-        "gpu_idle_between_steps_us": max(0.0, tpot_us - gen_graph_us),
-        "host_us_per_step": r.host_step_s / max(1, r.host_steps) * 1e6,
+        "gpu_idle_between_steps_us": step_gaps(gaps).get("mean_us", float("nan")),
+        "step_gaps": step_gaps(gaps),
+        "gpu_idle_tpot_minus_replay_us": max(0.0, tpot_us - gen_graph_us),
+        "host_us_per_step": host_us,
         "bytes_per_step": total_bytes, "copy_GBps": copy_gbps,
         "floor_us": total_bytes / (copy_gbps * 1e3) if copy_gbps else None,
         "nodes": [dict(asdict(x), gbps=x.gbps) for x in nodes],
@@ -242,6 +287,11 @@ def format_table(res: dict, top: int = 25) -> str:
              f"at context {res.get('mid_window_context', '?')}: idle between steps "
              f"{res['gpu_idle_between_steps_us']:.1f} us, host {res['host_us_per_step']:.1f} us/step, "
              f"{res['launches_per_step']} launches"]
+    sg = res.get("step_gaps") or {}
+    if sg.get("steps"):
+        lines.append(f"GPU gaps between steps (events, {sg['steps']} gaps): mean {sg['mean_us']:.1f} us, "
+                     f"median {sg['median_us']:.1f}, p90 {sg['p90_us']:.1f}, max {sg['max_us']:.1f}; "
+                     f"tpot - replay {res.get('gpu_idle_tpot_minus_replay_us', float('nan')):.1f} us")
     if res.get("floor_us"):
         lines.append(f"bytes/step {res['bytes_per_step'] / 1e6:.1f} MB; floor {res['floor_us']:.1f} us at "
                      f"{bw:.0f} GB/s; graph at {res['floor_us'] / res['graph_step_gpu_us'] * 100:.0f}% of floor")

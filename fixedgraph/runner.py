@@ -59,6 +59,10 @@ class Runner:
         self._last_token_t: float | None = None
         self.host_step_s = 0.0  # host time spent preparing + launching decode steps (no waiting)
         self.host_steps = 0
+        # Profiling hook: called as hook(step, False) just before a decode step's graph is
+        # enqueued and hook(step, True) just after (the profiler records CUDA events there, to
+        # time the GPU's gaps between steps). None on the normal path: one test per step.
+        self.step_hook = None
 
     def _build_graphs(self) -> Graphs:
         host = {STAGING: self.staging, RING: self.ring}
@@ -194,7 +198,13 @@ class Runner:
                     if pos >= bucket:  # the sequence outgrew its context bucket: the next graph
                         bucket = bucket_of(pos + 1)
                         launch = self.graphs.decode[(1, bucket, sampling)].launch
-                    launch()
+                    hook = self.step_hook
+                    if hook is None:
+                        launch()
+                    else:
+                        hook(step, False)
+                        launch()
+                        hook(step, True)
                     self.passes += 1
                     launched += 1
                     self.host_step_s += time.perf_counter() - t_host

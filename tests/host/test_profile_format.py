@@ -5,7 +5,7 @@ from fixedgraph.backends.base import bind
 from fixedgraph.backends.reference import ReferenceDevice
 from fixedgraph.models.config import ModelConfig
 from fixedgraph.models.dense import DenseDecoder, Sizes
-from fixedgraph.profile import by_entry, chrome_trace, format_table, node_cost
+from fixedgraph.profile import by_entry, chrome_trace, format_table, node_cost, step_gaps
 
 
 def decode_costs(ctx: int):
@@ -43,5 +43,8 @@ def test_table_and_trace():
     res["in_graph"] = [{"entry": "gemv_bf16", "launches": 2, "full_us": 15.0, "without_us": 4.0, "marginal_us": 11.0,
                         "marginal_us_per_launch": 5.5, "alone_us": 12.0, "alone_us_per_launch": 6.0}]
     assert "in the graph" in format_table(res) and "5.50" in format_table(res)
+    res["step_gaps"] = step_gaps([0.5, 0.25, 3.0, 0.0])
+    assert res["step_gaps"]["max_us"] == 3.0 and res["step_gaps"]["median_us"] == 0.5
+    assert "4 gaps" in format_table(res) and step_gaps([]) == {"steps": 0}
     trace = json.loads(chrome_trace(res))["traceEvents"]
     assert [e["ts"] for e in trace] == [0.0, 10.0, 15.0] and trace[0]["dur"] == 10.0

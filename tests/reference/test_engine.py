@@ -112,3 +112,14 @@ def test_token_cadence_sets_the_stall_patience(tiny, rng):
     r = tiny.runner
     tiny.generate([rng.integers(0, 1000, size=5).tolist()], SamplingParams(max_tokens=12, ignore_eos=True))
     assert r._token_interval_s > 0.0 and r._last_token_t is not None
+
+
+def test_step_hook_brackets_every_decode_launch(tiny, rng):
+    """The profiler's hook sees each decode step just before and just after its launch."""
+    r, calls = tiny.runner, []
+    r.step_hook = lambda step, done: calls.append((step, done))
+    try:
+        tiny.generate([rng.integers(0, 1000, size=5).tolist()], SamplingParams(max_tokens=7, ignore_eos=True))
+    finally:
+        r.step_hook = None
+    assert calls == [(k, d) for k in range(1, 7) for d in (False, True)]
