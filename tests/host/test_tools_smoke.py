@@ -18,3 +18,22 @@ def test_kernel_list_is_current():
                          text=True, timeout=120)
     listed = [l for l in (ROOT / "docs/KERNELS.md").read_text().splitlines() if l.startswith("- `")]
     assert out.returncode == 0 and listed == out.stdout.splitlines()
+
+
+def test_ab_prepare_exports_each_ref(tmp_path):
+    """tools/ab_prepare.sh exports committed trees for gpu_check's ab stage (needs a git checkout)."""
+    import os
+    import shutil
+
+    import pytest
+
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    env = dict(os.environ, AB_DIR=str(tmp_path / "ab"))
+    out = subprocess.run(["bash", str(ROOT / "tools/ab_prepare.sh"), "base=HEAD"], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "ab/base/tools/gpu_check.sh").exists() and (tmp_path / "ab/base/ptx/gemv.ptx").exists()
+    bad = subprocess.run(["bash", str(ROOT / "tools/ab_prepare.sh"), "x=no-such-ref"], capture_output=True, text=True,
+                         timeout=60, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "not a commit" in bad.stderr
