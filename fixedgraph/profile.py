@@ -251,14 +251,15 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
     tpot_us = out.metrics.tpot_s * 1e6
     host_us = r.host_step_s / max(1, r.host_steps) * 1e6
     _, gaps = generate_with_gaps(llm, prompt, gen_tokens)  # a second run: events cost host time
+    gap_stats = step_gaps(gaps)
     total_bytes = sum(x.bytes for x in nodes)
     res = {
         "context": context, "launches_per_step": len(nodes), "graph_nodes": g.num_nodes,
         "graph_step_gpu_us": graph_us, "eager_step_gpu_us": statistics.median(eager_total),
         "sum_node_us": sum(x.us for x in nodes), "tpot_us": tpot_us,
         "graph_step_gpu_us_mid_window": gen_graph_us, "mid_window_context": mid,
-        "gpu_idle_between_steps_us": step_gaps(gaps).get("mean_us", float("nan")),
-        "step_gaps": step_gaps(gaps),
+        "gpu_idle_between_steps_us": gap_stats.get("mean_us", float("nan")),
+        "step_gaps": gap_stats,
         "gpu_idle_tpot_minus_replay_us": max(0.0, tpot_us - gen_graph_us),
         "host_us_per_step": host_us,
         "bytes_per_step": total_bytes, "copy_GBps": copy_gbps,

@@ -15,8 +15,9 @@
 //   memory, so the grid still covers the SMs without a split-K scratch buffer or second pass;
 //   small-N layers take 512-thread blocks (S up to 16) so that one batch per warp covers K.
 // - W never depends on the previous kernel, so each warp copies its first W batch into shared
-//   memory before it reads anything a predecessor wrote (x, hidden, gate_up): the prologue and, under Programmatic Dependent
-//   Launch (pdl.cuh), the predecessor's tail overlap that DRAM latency.
+//   memory before it reads anything a predecessor wrote (x, hidden, gate_up): the prologue and,
+//   under Programmatic Dependent Launch (pdl.cuh), the predecessor's tail overlap that DRAM
+//   latency.
 // NOTE: blockDim must be (256 or 512, 1, 1); any gridDim.x is correct (grid-stride loop).
 // S (warps per column tile) is the launcher's `split` argument (fixedgraph/ops/gemv.py picks
 // it and sizes the grid to match); any power of two <= warps is correct, anything else falls
@@ -182,9 +183,10 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   // batch into its slice of the preload area (cp.async, no registers held), so DRAM latency
   // overlaps the prologue and, under PDL, the predecessor's tail. For the small layers of small
   // models that first batch is the warp's whole share of W. (No cp.async.bulk.prefetch.L2 of
-  // the CTA's further rows: measured, 64 KiB per CTA cost 8B 4% of its step and 256 KiB 14%.) The launcher sizes dynamic shared memory as
-  // [x rows (fused entries)][preload: warps x GEMV_PRELOAD_WARP_BYTES] when that fits, else
-  // without the preload area, which the kernel reads off %dynamic_smem_size.
+  // the CTA's further rows: measured, 64 KiB per CTA cost 8B 4% of its step and 256 KiB 14%.)
+  // The launcher sizes dynamic shared memory as [x rows (fused entries)][preload: warps x
+  // GEMV_PRELOAD_WARP_BYTES] when that fits, else without the preload area, which the kernel
+  // reads off %dynamic_smem_size.
   // NOTE: `first` is CTA-uniform (the k-split reduce below has barriers); a warp whose k slice
   // starts past K copies zeros.
   const bool first = rows > 0 && blockIdx.x < groups;

@@ -1,7 +1,11 @@
 """The GPU benchmark tools keep working: their programs build and run on the reference backend."""
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,11 +26,6 @@ def test_kernel_list_is_current():
 
 def test_ab_prepare_exports_each_ref(tmp_path):
     """tools/ab_prepare.sh exports committed trees for gpu_check's ab stage (needs a git checkout)."""
-    import os
-    import shutil
-
-    import pytest
-
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout")
     env = dict(os.environ, AB_DIR=str(tmp_path / "ab"))
