@@ -17,7 +17,8 @@ from fixedgraph.program import Arg, Null, Program
 WARPS = 8  # warps of a normal block (256 threads)
 WIDE_WARPS = 16  # warps of a block for small N (512 threads), so one k32 batch per warp covers K
 TILE_N = 16  # output columns per warp tile (the mma M dimension)
-UNROLL = 4  # k32 blocks in flight per warp
+UNROLL = 4  # k32 blocks in flight per warp (fused entries)
+PLAIN_UNROLL = 8  # the plain entries' (GEMV_PLAIN_UNROLL; 124 registers: 2 CTAs of 256 per SM)
 TARGET_WARPS = 2048  # ~16 warps per SM on the H200's 132 SMs
 MIN_KBLOCKS = 2  # k32 blocks per warp worth splitting K for
 MAX_ROWS = 8  # the mma N dimension: W is streamed once for up to 8 rows
@@ -27,6 +28,7 @@ SMEM_PER_SM = 228 * 1024  # shared memory an SM hands out (1 KiB of it reserved 
 SMEM_PER_BLOCK = 227 * 1024  # the most one CTA may opt in to
 STATIC_SMEM = 8768  # the kernels' static shared memory (ptxas -v)
 PRELOAD_WARP_BYTES = 2 * UNROLL * 32 * 16  # one warp's first W batch: [UNROLL][2 rows][32 lanes] x 16 B
+PLAIN_PRELOAD_WARP_BYTES = 2 * PLAIN_UNROLL * 32 * 16
 
 
 def gemv_split(N: int, K: int, warps: int = WARPS) -> int:
@@ -74,16 +76,17 @@ def fused_shared(rows: int, K: int) -> int:
     return rows * xs_stride(K) * 2
 
 
-def preload_shared(N: int, K: int) -> int:
-    """Bytes of the W preload area of a launch (one first batch per warp)."""
-    return gemv_warps(N, K) * PRELOAD_WARP_BYTES
+def preload_shared(N: int, K: int, fused: bool = True) -> int:
+    """Bytes of the W preload area of a launch (one first batch per warp; the plain entries'
+    batches are PLAIN_UNROLL k32 blocks)."""
+    return gemv_warps(N, K) * (PRELOAD_WARP_BYTES if fused else PLAIN_PRELOAD_WARP_BYTES)
 
 
 def launch_shared(rows: int, N: int, K: int, fused: bool, preload: bool = True) -> int:
     """Dynamic shared memory of a launch: x rows (fused) plus the preload area when it fits."""
     x = fused_shared(rows, K) if fused else 0
-    if preload and x + preload_shared(N, K) + STATIC_SMEM <= SMEM_PER_BLOCK:
-        return x + preload_shared(N, K)
+    if preload and x + preload_shared(N, K, fused) + STATIC_SMEM <= SMEM_PER_BLOCK:
+        return x + preload_shared(N, K, fused)
     return x
 
 

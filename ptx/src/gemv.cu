@@ -32,9 +32,11 @@
 #define GEMV_TILE_N 16   // output columns per warp tile: the mma M dimension
 #define GEMV_ROWS 8      // batch rows per pass: the mma N dimension
 #define GEMV_UNROLL 4    // k32 blocks loaded per warp before their mmas
+#define GEMV_PLAIN_UNROLL 8  // the plain entries' (x from global): 2x the W bytes in flight per warp
 #define GEMV_TARGET_WARPS 2048u  // ~16 warps per SM on 132 SMs
 #define GEMV_MIN_KBLOCKS 2       // k32 blocks per warp worth a k split (fewer: reduce costs more)
 #define GEMV_MAX_REGS 80           // 3 CTAs of 256 threads (or 1 of 512) per SM, no spills
+#define GEMV_PLAIN_REGS 128        // plain entries, GEMV_PLAIN_UNROLL: 2 CTAs of 256 (or 1 of 512) per SM
 
 // Warps per column tile (k split inside the block): a power of two <= warps, raised while the
 // grid is short of GEMV_TARGET_WARPS and every warp still gets >= GEMV_MIN_KBLOCKS k32 blocks.
@@ -158,7 +160,7 @@ __device__ __forceinline__ void mma_batch(float (&acc)[4], const uint4 (&a0)[U],
 
 // XS: x is read from shared memory (row stride xs_stride(K), zero past K) instead of global.
 // Epilogue: value(j, r, n, v) sees every output v = out[r, n] this thread stores (r = r0 + 2t + j).
-template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue>
+template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL>
 __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32; [rows, N/2] (OUT_SILU)
                                           const bf16* __restrict__ x,     // [rows, K] bf16 (global or smem)
                                           const bf16* __restrict__ W,     // [N, K] bf16
@@ -177,7 +179,8 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   const uint32_t groups = (tiles + tiles_per_block - 1) / tiles_per_block;
   const uint32_t kblocks = (K + 31) / 32;
   const uint32_t xstride = XS ? xs_stride(K) : K;
-  constexpr int U = GEMV_BATCH(VEC);
+  constexpr int U = VEC ? UV : 1;
+  constexpr uint32_t PRELOAD_WARP_BYTES = 2u * UV * 32u * 16u;  // [U][2 rows][32 lanes] x 16 B
 
   // Before anything a predecessor wrote is read (W never is): each warp copies its first W
   // batch into its slice of the preload area (cp.async, no registers held), so DRAM latency
@@ -191,7 +194,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   // starts past K copies zeros.
   const bool first = rows > 0 && blockIdx.x < groups;
   const uint32_t xs_bytes = XS ? rows * xs_stride(K) * 2u : 0u;
-  const bool pre = VEC && first && dynamic_smem_bytes() >= xs_bytes + warps * GEMV_PRELOAD_WARP_BYTES;
+  const bool pre = VEC && first && dynamic_smem_bytes() >= xs_bytes + warps * PRELOAD_WARP_BYTES;
   uint4* pre_w = reinterpret_cast<uint4*>(gemv_dyn + xs_bytes) + warp * (2 * U * 32) + lane;  // [U][2][32]
   if (pre) {
     const WRows wr = w_rows_for<MODE>(W, N, K, (blockIdx.x * tiles_per_block + slot) * GEMV_TILE_N, g);
@@ -291,12 +294,12 @@ struct GemvShared {
 };
 
 // 16-byte W loads need 16-byte aligned row starts: K % 8 == 0 and an aligned base.
-template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue>
+template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                               float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{}) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
-    gemv_body<true, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
+    gemv_body<true, MODE, XS, Prologue, Epilogue, UV>(out, x, W, bias, rows, N, K, split, red, pro, epi);
   else
     gemv_body<false, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
 }
@@ -306,7 +309,8 @@ __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16*
                                            uint32_t rows, uint32_t N, uint32_t K, uint32_t split) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
-  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false>(out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
+  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL>(out, x, W, bias, rows, N, K,
+                                                                                     split, sh.red, NoPrologue{});
 }
 
 template <int MODE>
@@ -319,7 +323,7 @@ __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, 
   gemv_dispatch<MODE, true>(out, gemv_xs, W, bias, rows, N, K, split, sh.red, pro);
 }
 
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
 gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
           const bf16* __restrict__ x,     // [rows, K] bf16
           const bf16* __restrict__ W,     // [N, K] bf16 (PyTorch Linear layout)
@@ -329,7 +333,7 @@ gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
   gemv_entry<false>(out, x, W, bias, rows, N, K, split);
 }
 
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
 gemv_bf16_f32out(float* __restrict__ out,       // [rows, N] f32 (logits)
                  const bf16* __restrict__ x,     // [rows, K] bf16
                  const bf16* __restrict__ W,     // [N, K] bf16

@@ -164,7 +164,7 @@ def test_gemv_work_split_covers_every_tile_and_k_block_once(N, K, grid_cut):
     per_block = warps // S
     groups = -(-tiles // per_block)
     grid = grid_cut or gemv_grid(N, K)
-    for unroll in (4, 1):
+    for unroll in (8, 4, 1):
         seen = np.zeros((tiles, kblocks), dtype=int)
         for bx in range(grid):
             for grp in range(bx, groups, grid):
