@@ -9,8 +9,11 @@
 //   of 8 consecutive k of W (rows g and g+8 of the tile) and its B fragment is the matching
 //   16 bytes of x row g: lane (g, t) of a k32 block owns k = 8t .. 8t+7, and the two mmas of
 //   the block take k 8t+0..3 and 8t+4..7 as their logical k {2t,2t+1, 2t+8,2t+9}.
-// - Each warp owns a 16-column tile and a k slice (every S-th k32 block); GEMV_UNROLL blocks
-//   are loaded before any mma, so each lane keeps 2*GEMV_UNROLL 16-byte W loads in flight.
+// - Each warp owns a 16-column tile and a k slice (every S-th k32 block); a batch of U blocks
+//   is loaded before any mma, so each lane keeps 2*U 16-byte W loads in flight: U =
+//   GEMV_PLAIN_UNROLL (8) in the plain entries, GEMV_UNROLL (4) in the fused ones, whose
+//   prologues need the registers. Bytes in flight per SM decide the big GEMVs (measured: 8B
+//   o/down 77% -> 93% of their floor in the decode chain going from 4 to 8).
 // - When N is small the S warps of a tile split K inside the block and reduce through shared
 //   memory, so the grid still covers the SMs without a split-K scratch buffer or second pass;
 //   small-N layers take 512-thread blocks (S up to 16) so that one batch per warp covers K.
