@@ -6,9 +6,11 @@ fused forms that build x inside every CTA from the previous op's output, saving 
 No scratch memory: when N is small the kernel splits K across the warps of a block (up to 16
 warps of a 512-thread block) and reduces in shared memory, so one launch covers the GPU.
 
-Dynamic shared memory is [x rows (fused entries)][W preload: warps x PRELOAD_WARP_BYTES]: each
-warp copies its first W batch there before waiting on its predecessor (see gemv.cu). The
-preload area is left out when it would not fit; the kernel then streams that batch like the rest.
+Dynamic shared memory is [x rows (fused entries)][W preload: one batch per warp]: each warp
+copies its first W batch there before waiting on its predecessor (see gemv.cu). A batch is
+PLAIN_UNROLL k32 blocks in the plain entries (8 KiB per warp; 124 registers, 2 CTAs of 256
+threads per SM) and UNROLL in the fused ones (4 KiB; 80 registers, 3 CTAs per SM). The preload
+area is left out when it would not fit; the kernel then streams that batch like the rest.
 """
 from __future__ import annotations
 

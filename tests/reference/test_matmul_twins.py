@@ -69,6 +69,8 @@ def test_launchers_and_linear_dispatch():
                                                                 (8, 576, 576, gemv_split(576, 576)))
     assert (b.entry, b.label, b.args[3], b.shared) == ("gemm_bf16_f32out", "lm", Ref("b"), 0)
     assert c.entry == "gemv_bf16_f32out" and c.grid == (gemv_grid(49152, 576), 1, 1)
+    # the plain entries preload their first 8-block batch: 8 KiB per warp
+    assert c.shared == preload_shared(49152, 576, fused=False) == 8 * 2 * 8 * 32 * 16
     with pytest.raises(ValueError, match="rows"):
         gemv(p, Ref("o"), Ref("x"), Ref("w"), None, 9, 10, 10)
     with pytest.raises(ValueError):
