@@ -102,12 +102,8 @@ __device__ __forceinline__ WRows w_rows_for(const bf16* W, uint32_t N, uint32_t 
   return MODE == OUT_SILU ? w_rows_paired(W, N, K, n0, g) : w_rows(W, N, K, n0, g);
 }
 
-// k32 blocks per batch: GEMV_UNROLL on the 16-byte path; 1 on the scalar path, whose 8 loads
-// per chunk would otherwise need 3x the registers.
-#define GEMV_BATCH(VEC) ((VEC) ? GEMV_UNROLL : 1)
-
 // One batch of W: k32 blocks kb, kb+S, .. kb+(U-1)*S, lane (g, t) taking k 8t..8t+7.
-template <bool VEC, int U = GEMV_BATCH(VEC)>
+template <bool VEC, int U>
 __device__ __forceinline__ void load_w(uint4 (&a0)[U], uint4 (&a1)[U], const WRows& wr,
                                        uint32_t K, uint32_t S, uint32_t kb, uint32_t t) {
 #pragma unroll
@@ -126,7 +122,6 @@ __device__ __forceinline__ void load_w(uint4 (&a0)[U], uint4 (&a1)[U], const WRo
 // Dynamic shared memory: [rows, xs_stride(K)] bf16 x (fused entries), then the W preload area.
 extern __shared__ __align__(16) unsigned char gemv_dyn[];
 #define gemv_xs reinterpret_cast<bf16*>(gemv_dyn)
-#define GEMV_PRELOAD_WARP_BYTES (2u * GEMV_UNROLL * 32u * 16u)  // [U][2 rows][32 lanes] x 16 B
 
 __device__ __forceinline__ uint32_t dynamic_smem_bytes() {
   uint32_t v;
@@ -182,6 +177,8 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   const uint32_t groups = (tiles + tiles_per_block - 1) / tiles_per_block;
   const uint32_t kblocks = (K + 31) / 32;
   const uint32_t xstride = XS ? xs_stride(K) : K;
+  // k32 blocks per batch: UV on the 16-byte path; 1 on the scalar path, whose 8 loads per chunk
+  // would otherwise need 3x the registers (the scalar path preloads nothing).
   constexpr int U = VEC ? UV : 1;
   constexpr uint32_t PRELOAD_WARP_BYTES = 2u * UV * 32u * 16u;  // [U][2 rows][32 lanes] x 16 B
 
@@ -191,7 +188,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   // models that first batch is the warp's whole share of W. (No cp.async.bulk.prefetch.L2 of
   // the CTA's further rows: measured, 64 KiB per CTA cost 8B 4% of its step and 256 KiB 14%.)
   // The launcher sizes dynamic shared memory as [x rows (fused entries)][preload: warps x
-  // GEMV_PRELOAD_WARP_BYTES] when that fits, else without the preload area, which the kernel
+  // PRELOAD_WARP_BYTES] when that fits, else without the preload area, which the kernel
   // reads off %dynamic_smem_size.
   // NOTE: `first` is CTA-uniform (the k-split reduce below has barriers); a warp whose k slice
   // starts past K copies zeros.
