@@ -245,11 +245,11 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
     llm.runner.alloc.free(seq_mid)
     llm.runner.resync()
     r = llm.runner
-    r.host_step_s, r.host_steps = 0.0, 0
+    r.reset_host_stats()
     prompt = np.random.default_rng(1).integers(0, llm.model.V, size=context).tolist()
     out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=gen_tokens, ignore_eos=True))[0]
     tpot_us = out.metrics.tpot_s * 1e6
-    host_us = r.host_step_s / max(1, r.host_steps) * 1e6
+    host = r.host_step_stats()
     _, gaps = generate_with_gaps(llm, prompt, gen_tokens)  # a second run: events cost host time
     gap_stats = step_gaps(gaps)
     total_bytes = sum(x.bytes for x in nodes)
@@ -261,7 +261,9 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
         "gpu_idle_between_steps_us": gap_stats.get("mean_us", float("nan")),
         "step_gaps": gap_stats,
         "gpu_idle_tpot_minus_replay_us": max(0.0, tpot_us - gen_graph_us),
-        "host_us_per_step": host_us,
+        "host_us_per_step": host.get("mean_us", float("nan")),
+        "host_us_per_step_median": host.get("median_us", float("nan")),
+        "host_step_us": host,
         "bytes_per_step": total_bytes, "copy_GBps": copy_gbps,
         "floor_us": total_bytes / (copy_gbps * 1e3) if copy_gbps else None,
         "nodes": [dict(asdict(x), gbps=x.gbps) for x in nodes],
@@ -286,7 +288,8 @@ def format_table(res: dict, top: int = 25) -> str:
     lines = [f"decode step at context {res['context']}: graph {res['graph_step_gpu_us']:.1f} us GPU, "
              f"tpot {res['tpot_us']:.1f} us vs graph {res.get('graph_step_gpu_us_mid_window', float('nan')):.1f} us "
              f"at context {res.get('mid_window_context', '?')}: idle between steps "
-             f"{res['gpu_idle_between_steps_us']:.1f} us, host {res['host_us_per_step']:.1f} us/step, "
+             f"{res['gpu_idle_between_steps_us']:.1f} us, host {res['host_us_per_step']:.1f} us/step "
+             f"(median {res.get('host_us_per_step_median', float('nan')):.1f}), "
              f"{res['launches_per_step']} launches"]
     sg = res.get("step_gaps") or {}
     if sg.get("steps"):

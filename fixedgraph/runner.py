@@ -10,7 +10,9 @@ and there are lookahead + 2 slots. Prefill waits for its first token before deco
 """
 from __future__ import annotations
 
+import statistics
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -24,6 +26,7 @@ from fixedgraph.models.dense import RING, STAGING, DenseDecoder
 from fixedgraph.ops import sample as sample_ops
 from fixedgraph.sampling import SamplingParams
 
+HOST_STEP_HISTORY = 4096  # decode steps whose host times the runner keeps (host_step_stats)
 _SENTINEL = -1
 _POLL_MIN_S = 1e-3  # the shortest wait before a token counts as late and the stream is queried
 _POLL_MAX_S = 0.1  # the longest: a fault never goes unnoticed for longer
@@ -59,10 +62,27 @@ class Runner:
         self._last_token_t: float | None = None
         self.host_step_s = 0.0  # host time spent preparing + launching decode steps (no waiting)
         self.host_steps = 0
+        # The last HOST_STEP_HISTORY of those times, each (seconds), for their median: the mean
+        # also carries the OS's interruptions of this thread. Preallocated: no allocation per step.
+        self.host_step_hist = array("d", bytes(8 * HOST_STEP_HISTORY))
         # Profiling hook: called as hook(step, False) just before a decode step's graph is
         # enqueued and hook(step, True) just after (the profiler records CUDA events there, to
         # time the GPU's gaps between steps). None on the normal path: one test per step.
         self.step_hook = None
+
+    def reset_host_stats(self) -> None:
+        """Forget the host step times recorded so far (before a measured generation)."""
+        self.host_step_s, self.host_steps = 0.0, 0
+
+    def host_step_stats(self) -> dict:
+        """Host µs spent preparing and launching one decode step since the last reset: mean over
+        all of them; median, p90 and max over the last HOST_STEP_HISTORY. Empty when none ran."""
+        n = min(self.host_steps, HOST_STEP_HISTORY)
+        if n == 0:
+            return {}
+        xs = sorted(self.host_step_hist[i] * 1e6 for i in range(n))
+        return {"steps": self.host_steps, "mean_us": self.host_step_s / self.host_steps * 1e6,
+                "median_us": statistics.median(xs), "p90_us": xs[min(n - 1, int(0.9 * n))], "max_us": xs[-1]}
 
     def _build_graphs(self) -> Graphs:
         host = {STAGING: self.staging, RING: self.ring}
@@ -207,7 +227,9 @@ class Runner:
                         hook(step, True)
                     self.passes += 1
                     launched += 1
-                    self.host_step_s += time.perf_counter() - t_host
+                    dt = time.perf_counter() - t_host
+                    self.host_step_s += dt
+                    self.host_step_hist[self.host_steps % HOST_STEP_HISTORY] = dt
                     self.host_steps += 1
                 if consumed == launched:
                     return

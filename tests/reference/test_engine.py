@@ -123,3 +123,20 @@ def test_step_hook_brackets_every_decode_launch(tiny, rng):
     finally:
         r.step_hook = None
     assert calls == [(k, d) for k in range(1, 7) for d in (False, True)]
+
+
+def test_host_step_stats_cover_every_decode_step(tiny, rng, monkeypatch):
+    """The runner times its host work per decode step: the mean over all since a reset, the
+    median / p90 / max over the last HOST_STEP_HISTORY (a short history here, so it wraps)."""
+    import fixedgraph.runner as runner_mod
+    r = tiny.runner
+    monkeypatch.setattr(runner_mod, "HOST_STEP_HISTORY", 4)
+    r.reset_host_stats()
+    assert r.host_step_stats() == {}
+    tiny.generate([rng.integers(0, 1000, size=5).tolist()], SamplingParams(max_tokens=9, ignore_eos=True))
+    st = r.host_step_stats()
+    assert st["steps"] == 8  # the prefill makes token 1; steps 1..8 make the rest
+    assert 0 < st["median_us"] <= st["p90_us"] <= st["max_us"]
+    recorded = sorted(x * 1e6 for x in r.host_step_hist[:4])
+    assert st["max_us"] == recorded[-1] and st["median_us"] == (recorded[1] + recorded[2]) / 2
+    assert st["mean_us"] == r.host_step_s / 8 * 1e6
