@@ -113,6 +113,72 @@ __device__ __forceinline__ void rmsnorm_rows(bf16* __restrict__ xs,             
   __syncthreads();  // NOTE: red is rewritten by the next 8 rows
 }
 
+// One row whose K/4 float4 vectors fit NV per thread: every load of the row (hidden_in, delta
+// and norm_w, which no predecessor writes) is issued at once and kept in registers, so the
+// prologue is one round trip to L2 instead of rmsnorm_rows' two passes of GEMV_PRO_UNROLL
+// vectors each. Same rounding points; the sum of squares is taken in another order.
+template <int NV>
+__device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const float* __restrict__ hin,
+                                                 const bf16* __restrict__ delta, float* __restrict__ hout,
+                                                 const bf16* __restrict__ norm_w, uint32_t K, float eps,
+                                                 float (*red)[GEMV_MAX_WARPS]) {
+  const uint32_t nvec = K / 4, bd = blockDim.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float h[NV][4], wv[NV][4];
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const uint32_t i = threadIdx.x + j * bd;
+    if (i < nvec) {
+      load_f32<4>(hin + (size_t)i * 4, h[j]);
+      load_bf16<4>(norm_w + (size_t)i * 4, wv[j]);
+    }
+  }
+  if (delta) {
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const uint32_t i = threadIdx.x + j * bd;
+      if (i < nvec) {
+        float d[4];
+        load_bf16<4>(delta + (size_t)i * 4, d);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) h[j][e] += d[e];
+      }
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const uint32_t i = threadIdx.x + j * bd;
+    if (i < nvec) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ss += h[j][e] * h[j][e];
+      if (hout && blockIdx.x == 0) store_f32<4>(hout + (size_t)i * 4, h[j]);
+    }
+  }
+  ss = warp_sum(ss);
+  if (lane == 0) red[0][warp] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {  // exact sqrtf and division, as add_rmsnorm
+    float sum = 0.0f;
+    for (uint32_t w = 0; w < (bd >> 5); ++w) sum += red[0][w];
+    red[8][0] = 1.0f / sqrtf(sum / (float)K + eps);
+  }
+  __syncthreads();
+  const float inv_rms = red[8][0];
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const uint32_t i = threadIdx.x + j * bd;
+    if (i < nvec) {
+      float y[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) y[e] = wv[j][e] * round_bf16(h[j][e] * inv_rms);
+      store_bf16<4>(xs + (size_t)i * 4, y);
+    }
+  }
+  __syncthreads();  // NOTE: red is rewritten by the GEMV's k-split reduce
+}
+
+#define GEMV_NORM_REG_VECS 4  // rmsnorm_row_regs: float4 vectors per thread (K <= 16 * blockDim)
+
 // x[r, :] for every row into shared memory; ends with a barrier (x is then ready).
 __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, const bf16* delta, float* hout,
                                                  const bf16* norm_w, uint32_t rows, uint32_t K, float eps,
@@ -120,6 +186,12 @@ __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, con
   // 16-byte f32 and 8-byte bf16 accesses when every row start is aligned for them.
   const bool vec = K % 4 == 0 && aligned_to(hin, 16) && (!hout || aligned_to(hout, 16)) &&
                    (!delta || aligned_to(delta, 8)) && aligned_to(norm_w, 8);
+  if (rows == 1 && vec && K / 4 <= GEMV_NORM_REG_VECS * blockDim.x) {
+    rmsnorm_row_regs<GEMV_NORM_REG_VECS>(xs, hin, delta, hout, norm_w, K, eps, red);
+    xs_zero_tail(xs, 1, K);
+    __syncthreads();
+    return;
+  }
   for (uint32_t r0 = 0; r0 < rows; r0 += 8) {
     const uint32_t n = rows - r0 < 8 ? rows - r0 : 8;
     bf16* x = xs + (size_t)r0 * xs_stride(K);
