@@ -49,5 +49,9 @@ class PtxError(FixedGraphError):
     """A PTX module is malformed or lacks an entry the program asks for."""
 
 
+class LaunchConfigError(FixedGraphError, ValueError):
+    """A launch's geometry (grid, block, cluster, shared memory) is invalid or cannot run here."""
+
+
 class ArgumentError(FixedGraphError, TypeError):
     """A kernel argument does not fit its PTX parameter (count, type or range)."""

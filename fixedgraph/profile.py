@@ -40,6 +40,7 @@ class NodeCost:
     us: float
     bytes: int
     flops: int
+    cluster: tuple = (1, 1, 1)
 
     @property
     def gbps(self) -> float:
@@ -228,7 +229,7 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
             continue
         nbytes, flops = node_cost(b, context + 1)
         nodes.append(NodeCost(i, b.op.label, b.entry.name, b.op.grid, b.op.block, statistics.median(per_op[i]),
-                              nbytes, flops))
+                              nbytes, flops, b.op.cluster))
     # the graph itself: GPU time of a replay, then steady-state generation
     g = llm.runner.decode_graph(context + 1)
     graph_us = gpu_ms(dev, g.launch, reps, warmup=0) * 1e3
@@ -321,9 +322,11 @@ def chrome_trace(res: dict) -> str:
     """The eager per-node timeline as a Chrome/Perfetto trace (open in ui.perfetto.dev)."""
     t, events = 0.0, []
     for x in res["nodes"]:
+        args = {"bytes": x["bytes"], "GB/s": round(x["gbps"], 1), "grid": list(x["grid"])}
+        if any(c > 1 for c in x.get("cluster", ())):
+            args["cluster"] = list(x["cluster"])
         events.append({"name": x["label"] or x["entry"], "cat": x["entry"], "ph": "X", "ts": t, "dur": x["us"],
-                       "pid": 0, "tid": 0, "args": {"bytes": x["bytes"], "GB/s": round(x["gbps"], 1),
-                                                     "grid": list(x["grid"])}})
+                       "pid": 0, "tid": 0, "args": args})
         t += x["us"]
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ns"})
 

@@ -7,7 +7,10 @@ graph, the reference backend into calls of numpy twins.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import prod
 from typing import Union
+
+from fixedgraph.errors import LaunchConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +38,13 @@ Arg = Union[Ref, Null, HostPtr, int, float]
 Dim3 = tuple[int, int, int]
 
 
-def dim3(v: int | tuple[int, ...]) -> Dim3:
+MAX_CLUSTER_SIZE = 16  # CTAs per cluster on sm_90; above 8 needs the non-portable opt-in
+
+
+def dim3(v: int | tuple[int, ...], what: str = "grid/block") -> Dim3:
     t = (v,) if isinstance(v, int) else tuple(v)
     if not 1 <= len(t) <= 3 or any(int(x) < 1 for x in t):
-        raise ValueError(f"grid/block dimensions must be 1 to 3 positive ints, got {v!r}")
+        raise ValueError(f"{what} dimensions must be 1 to 3 positive ints, got {v!r}")
     return tuple(int(x) for x in t) + (1,) * (3 - len(t))  # type: ignore[return-value]
 
 
@@ -50,11 +56,31 @@ class Launch:
     args: tuple[Arg, ...]
     shared: int = 0  # dynamic shared memory bytes
     label: str = ""  # what this launch does in the model, for profiles and fault reports
+    cluster: Dim3 = (1, 1, 1)  # thread-block cluster (sm_90); (1, 1, 1) is a plain launch
 
     def __post_init__(self) -> None:
         self.grid = dim3(self.grid)
         self.block = dim3(self.block)
+        self.cluster = dim3(self.cluster, "cluster")
         self.args = tuple(self.args)
+        if self.cluster != (1, 1, 1):
+            self._check_cluster()
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster (1 for a plain launch)."""
+        return prod(self.cluster)
+
+    def _check_cluster(self) -> None:
+        what = f"kernel {self.entry} ({self.label or 'unlabelled'})"
+        if self.cluster_size > MAX_CLUSTER_SIZE:
+            raise LaunchConfigError(f"{what}: cluster {self.cluster} has {self.cluster_size} CTAs, more than the "
+                                    f"{MAX_CLUSTER_SIZE} a cluster can hold; use a smaller cluster")
+        for axis, g, c in zip("xyz", self.grid, self.cluster):
+            if g % c:
+                raise LaunchConfigError(f"{what}: grid {self.grid} is not a multiple of cluster {self.cluster} "
+                                        f"along {axis} ({g} % {c} = {g % c}); round that grid dimension up to a "
+                                        f"multiple of {c} or pick a cluster dimension that divides {g}")
 
 
 @dataclass(slots=True)
@@ -82,9 +108,12 @@ class Program:
     name: str
     ops: list[Op] = field(default_factory=list)
 
-    def launch(self, entry: str, grid, block, args, shared: int = 0, label: str = "") -> int:
-        """Append a kernel launch; returns its op index (used to patch it later)."""
-        self.ops.append(Launch(entry, grid, block, tuple(args), shared, label))
+    def launch(self, entry: str, grid, block, args, shared: int = 0, label: str = "", *, cluster=None) -> int:
+        """Append a kernel launch; returns its op index (used to patch it later). ``cluster``
+        groups CTAs into thread-block clusters (None: no cluster); each grid dimension must be
+        a multiple of the cluster's."""
+        cluster = (1, 1, 1) if cluster is None else cluster
+        self.ops.append(Launch(entry, grid, block, tuple(args), shared, label, cluster=cluster))
         return len(self.ops) - 1
 
     def copy(self, dst: Ref, src: Union[Ref, Staging], nbytes: int, label: str = "") -> int:

@@ -165,6 +165,30 @@ def function_set_max_dynamic_shared(size_t f, int nbytes):
           cydriver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes), "cuFuncSetAttribute")
 
 
+def function_set_non_portable_cluster(size_t f):
+    """Allow clusters of more than 8 CTAs (up to 16 on sm_90) for function ``f``."""
+    check(cydriver.cuFuncSetAttribute(<cydriver.CUfunction>f,
+          cydriver.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1), "cuFuncSetAttribute")
+
+
+def function_max_active_clusters(size_t f, grid, block, unsigned int shared, cluster):
+    """How many clusters of this launch geometry can be resident at once (0: none can run)."""
+    cdef int n = 0
+    cdef cydriver.CUlaunchAttribute attr
+    cdef cydriver.CUlaunchConfig cfg
+    memset(&attr, 0, sizeof(attr))
+    memset(&cfg, 0, sizeof(cfg))
+    attr.id = cydriver.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster[0], cluster[1], cluster[2]
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid[0], grid[1], grid[2]
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block[0], block[1], block[2]
+    cfg.sharedMemBytes = shared
+    cfg.attrs = &attr
+    cfg.numAttrs = 1
+    check(cydriver.cuOccupancyMaxActiveClusters(&n, <cydriver.CUfunction>f, &cfg), "cuOccupancyMaxActiveClusters")
+    return n
+
+
 # ---- memory --------------------------------------------------------------------------------
 
 def mem_alloc(size_t nbytes):

@@ -26,6 +26,8 @@ cdef struct Op:
     cydriver.CUfunction func
     unsigned int grid[3]
     unsigned int block[3]
+    unsigned int cluster[3]  # thread-block cluster dims; (1, 1, 1) for a plain launch
+    int clustered            # cluster size > 1: launched with the cluster attribute
     unsigned int shared
     char* argbuf          # packed parameter bytes (owned)
     void** params         # one pointer per parameter into argbuf (owned)
@@ -37,8 +39,36 @@ cdef struct Op:
     size_t nbytes
 
 
+cdef inline void _cluster_attr(cydriver.CUlaunchAttribute* attr, Op* op) noexcept nogil:
+    memset(attr, 0, sizeof(cydriver.CUlaunchAttribute))
+    attr.id = cydriver.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x = op.cluster[0]
+    attr.value.clusterDim.y = op.cluster[1]
+    attr.value.clusterDim.z = op.cluster[2]
+
+
+cdef CUresult _launch_cluster(Op* op, cydriver.CUstream s) noexcept nogil:
+    cdef cydriver.CUlaunchAttribute attr
+    cdef cydriver.CUlaunchConfig cfg
+    _cluster_attr(&attr, op)
+    memset(&cfg, 0, sizeof(cfg))
+    cfg.gridDimX = op.grid[0]
+    cfg.gridDimY = op.grid[1]
+    cfg.gridDimZ = op.grid[2]
+    cfg.blockDimX = op.block[0]
+    cfg.blockDimY = op.block[1]
+    cfg.blockDimZ = op.block[2]
+    cfg.sharedMemBytes = op.shared
+    cfg.hStream = s
+    cfg.attrs = &attr
+    cfg.numAttrs = 1
+    return cydriver.cuLaunchKernelEx(&cfg, op.func, op.params, NULL)
+
+
 cdef inline CUresult _launch(Op* op, cydriver.CUstream s) noexcept nogil:
     if op.kind == KERNEL:
+        if op.clustered:
+            return _launch_cluster(op, s)
         return cydriver.cuLaunchKernel(op.func, op.grid[0], op.grid[1], op.grid[2], op.block[0],
                                        op.block[1], op.block[2], op.shared, s, op.params, NULL)
     if op.kind == COPY_D2D:
@@ -78,9 +108,12 @@ cdef class OpList:
             raise IndexError(f"op index {i} out of range for {self.n} ops")
         return &self.ops[i]
 
-    def add_kernel(self, size_t func, grid, block, unsigned int shared, bytes args, offsets, bint pdl=False):
+    def add_kernel(self, size_t func, grid, block, unsigned int shared, bytes args, offsets, bint pdl=False,
+                   cluster=(1, 1, 1)):
         """``pdl``: the kernel waits on its predecessor (griddepcontrol.wait) before reading
-        anything, so the graph may launch it programmatically, overlapping the predecessor's tail."""
+        anything, so the graph may launch it programmatically, overlapping the predecessor's tail.
+        ``cluster``: thread-block cluster dims; a cluster of more than one CTA is launched with
+        cuLaunchKernelEx (eager) or a node attribute (graph)."""
         cdef Op* op = self._push()
         cdef int i
         cdef size_t size = len(args)
@@ -90,6 +123,8 @@ cdef class OpList:
         for i in range(3):
             op.grid[i] = grid[i]
             op.block[i] = block[i]
+            op.cluster[i] = cluster[i]
+        op.clustered = op.cluster[0] * op.cluster[1] * op.cluster[2] > 1
         op.shared = shared
         op.nparams = len(offsets)
         op.argbuf = <char*>malloc(size if size else 1)
@@ -148,8 +183,7 @@ cdef class OpList:
                 if r != cydriver.CUDA_SUCCESS:
                     break
         if r != cydriver.CUDA_SUCCESS:
-            raise CudaError("cuLaunchKernel" if self.ops[i].kind == KERNEL else "cuMemcpyAsync",
-                            <int>r, result_name(<int>r), "", op_index=i)
+            raise CudaError(_launch_name(&self.ops[i]), <int>r, result_name(<int>r), "", op_index=i)
 
     def run_repeat(self, size_t stream, int times):
         """Launch the whole list ``times`` times with no Python in between (benchmarks)."""
@@ -165,7 +199,7 @@ cdef class OpList:
                 if r != cydriver.CUDA_SUCCESS:
                     break
         if r != cydriver.CUDA_SUCCESS:
-            raise CudaError("cuLaunchKernel", <int>r, result_name(<int>r), "", op_index=i)
+            raise CudaError(_launch_name(&self.ops[i]), <int>r, result_name(<int>r), "", op_index=i)
 
 
     def run_timed(self, size_t stream, events):
@@ -195,6 +229,12 @@ cdef class OpList:
         free(ev)
         if r != cydriver.CUDA_SUCCESS:
             raise CudaError("run_timed", <int>r, result_name(<int>r), "", op_index=i)
+
+
+cdef str _launch_name(Op* op):
+    if op.kind != KERNEL:
+        return "cuMemcpyAsync"
+    return "cuLaunchKernelEx" if op.clustered else "cuLaunchKernel"
 
 
 cdef void _fill_kernel_params(cydriver.CUDA_KERNEL_NODE_PARAMS* p, Op* op) noexcept nogil:
@@ -241,6 +281,7 @@ cdef class GraphExec:
         cdef Op* op
         cdef cydriver.CUDA_KERNEL_NODE_PARAMS kp
         cdef cydriver.CUDA_MEMCPY3D cp
+        cdef cydriver.CUlaunchAttribute attr
         cdef CUresult r
         self.graph = NULL
         self.exe = NULL
@@ -258,6 +299,12 @@ cdef class GraphExec:
                 _fill_kernel_params(&kp, op)
                 r = cydriver.cuGraphAddKernelNode(&self.nodes[i], self.graph, NULL, 0, &kp)
                 _check(r, "cuGraphAddKernelNode", i)
+                if op.clustered:
+                    # NOTE: the cluster is a node attribute, not a kernel param: it is fixed at
+                    # instantiation and cuGraphExecKernelNodeSetParams (patch) keeps it (GPU-tested).
+                    _cluster_attr(&attr, op)
+                    r = cydriver.cuGraphKernelNodeSetAttribute(self.nodes[i], attr.id, &attr.value)
+                    _check(r, "cuGraphKernelNodeSetAttribute(cluster)", i)
             else:
                 _fill_copy_params(&cp, op)
                 r = cydriver.cuGraphAddMemcpyNode(&self.nodes[i], self.graph, NULL, 0, &cp, self.ctx)

@@ -13,7 +13,7 @@ import numpy as np
 from fixedgraph import ptx as ptxmod
 from fixedgraph.backends.base import (Arena, Bound, BoundLaunch, HostBuffer, LaunchFault,
                                       bind, describe_launch)
-from fixedgraph.errors import CudaError
+from fixedgraph.errors import CudaError, LaunchConfigError
 from fixedgraph.layout import ArenaPlan
 from fixedgraph.program import Program
 
@@ -39,6 +39,8 @@ class CudaDevice:
         self._modules: dict[str, int] = {}
         self._functions: dict[str, int] = {}
         self._shared_optin: dict[str, int] = {}
+        self._non_portable: set[str] = set()  # entries allowed clusters of more than 8 CTAs
+        self._clusters_ok: set[tuple] = set()  # (entry, grid, block, shared, cluster) the driver can schedule
         self._host: list[int] = []
         self._props = self.drv.device_properties(ordinal)
         # Programmatic dependent launch (Hopper+): graph edges into kernels that wait on their
@@ -107,7 +109,34 @@ class CudaDevice:
         if op.op.shared > self._shared_optin.get(op.entry.name, 0):
             self.drv.function_set_max_dynamic_shared(f, op.op.shared)
             self._shared_optin[op.entry.name] = op.op.shared
+        if op.op.cluster_size > 1:
+            self._check_cluster(f, op)
         return f
+
+    def _check_cluster(self, f: int, op: BoundLaunch) -> None:
+        """Opt in to non-portable sizes (> 8 CTAs) and ask the driver whether at least one
+        cluster of this geometry fits on the GPU, so an impossible one fails at bind time."""
+        launch, name = op.op, op.entry.name
+        key = (name, launch.grid, launch.block, launch.shared, launch.cluster)
+        if key in self._clusters_ok:
+            return
+        what = (f"kernel {name} ({launch.label or 'unlabelled'}) cluster {launch.cluster} ({launch.cluster_size} CTAs) "
+                f"of block {launch.block} with {launch.shared} bytes of dynamic shared memory")
+        if self._props["cc_major"] < 9:
+            raise LaunchConfigError(f"{what}: thread-block clusters need compute capability 9.0 or newer, this GPU is "
+                                    f"{self._props['cc_major']}.{self._props['cc_minor']}; launch without a cluster")
+        if launch.cluster_size > 8 and name not in self._non_portable:
+            self.drv.function_set_non_portable_cluster(f)
+            self._non_portable.add(name)
+        try:
+            n = self.drv.function_max_active_clusters(f, launch.grid, launch.block, launch.shared, launch.cluster)
+        except CudaError as exc:
+            raise LaunchConfigError(f"{what}: the driver rejects it ({exc.name}: {exc.text}); "
+                                    "use a smaller cluster, block or shared memory size") from None
+        if n == 0:
+            raise LaunchConfigError(f"{what}: no such cluster fits on this GPU at once (max active clusters 0); "
+                                    "use a smaller cluster, or less shared memory or fewer threads per CTA")
+        self._clusters_ok.add(key)
 
     # programs
     def bind(self, program: Program, arena: Arena, host=None, staging=None) -> Bound:
@@ -120,7 +149,7 @@ class CudaDevice:
         for op in bound.ops:
             if isinstance(op, BoundLaunch):
                 ops.add_kernel(self._prepare(op), op.op.grid, op.op.block, op.op.shared, op.packed, op.offsets,
-                               op.entry.waits)
+                               op.entry.waits, cluster=op.op.cluster)
             else:
                 ops.add_copy(op.dst, op.src, op.op.nbytes, op.src_is_host)
         return ops

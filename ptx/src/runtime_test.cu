@@ -66,3 +66,32 @@ extern "C" __global__ void record_meta(unsigned int* log, const unsigned int* me
 extern "C" __global__ void noop() {
     FG_PDL_WAIT();  /* PDL: wait for the predecessor grid */
 }
+
+// Thread-block cluster probe (launched with a cluster, sm_90).  For flat block index
+// b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z) and nblocks CTAs in the grid:
+// out[b] = ctarank | nctarank << 8 (rank within the cluster, CTAs per cluster), and
+// out[nblocks + b] = the rank that CTA (ctarank + 1) % nctarank of the same cluster stored in its
+// shared memory, read through distributed shared memory.  out: [2 * nblocks] u32.
+extern "C" __global__ void cluster_probe(unsigned int* out) {
+    FG_PDL_WAIT();  // PDL: wait for the predecessor grid before touching global memory
+    __shared__ unsigned int rank_smem;
+    unsigned int rank, nrank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(nrank));
+    if (threadIdx.x == 0) rank_smem = rank;
+    // Every CTA's rank_smem is written before any CTA reads a neighbour's.
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (threadIdx.x == 0) {
+        const unsigned int b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+        const unsigned int nblocks = gridDim.x * gridDim.y * gridDim.z;
+        const unsigned int local = (unsigned int)__cvta_generic_to_shared(&rank_smem);
+        unsigned int remote, value;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"((rank + 1) % nrank));
+        asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(value) : "r"(remote) : "memory");
+        out[b] = rank | (nrank << 8);
+        out[nblocks + b] = value;
+    }
+    // NOTE: a CTA's shared memory goes away when it exits: no CTA leaves while a neighbour may
+    // still read it.
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}

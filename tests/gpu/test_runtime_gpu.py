@@ -6,7 +6,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from fixedgraph.errors import ArgumentError, CudaError, PtxError
+from fixedgraph.errors import ArgumentError, CudaError, LaunchConfigError, PtxError
 from fixedgraph.layout import ArenaPlan
 from fixedgraph.program import Program, Ref, Staging
 
@@ -143,3 +143,67 @@ def test_programmatic_edges_keep_dependent_chains_correct(cuda, rng):
     g.launch()
     cuda.synchronize()
     np.testing.assert_allclose(a.read("z"), 1 + 50 * x, rtol=1e-5, atol=1e-4)
+
+
+def cluster_expected(grid, cluster) -> np.ndarray:
+    """cluster_probe's output from the cluster rules: [ctarank | nctarank << 8 per block, then
+    the next rank's value per block], blocks in flat order (x fastest)."""
+    n = cluster[0] * cluster[1] * cluster[2]
+    ranks = [bx % cluster[0] + cluster[0] * (by % cluster[1] + cluster[1] * (bz % cluster[2]))
+             for bz in range(grid[2]) for by in range(grid[1]) for bx in range(grid[0])]
+    return np.array([r | n << 8 for r in ranks] + [(r + 1) % n for r in ranks], dtype=np.uint32)
+
+
+@pytest.mark.parametrize("grid, block, cluster", [((2, 1, 8), 32, (1, 1, 4)), ((1, 1, 32), 128, (1, 1, 16))],
+                         ids=["portable-4", "non-portable-16"])
+def test_cluster_launch_eager_graph_pdl_and_patch(cuda, grid, block, cluster):
+    """A cluster node between two plain kernels, all PDL: the probe reads its rank, the cluster
+    size and a neighbour CTA's shared memory; a patched cluster node keeps its cluster."""
+    words = 2 * grid[0] * grid[1] * grid[2]
+    plan = ArenaPlan()
+    for name in ("zeros", "out", "copy", "alt"):
+        plan.add(name, (words,), "u32")  # [2 * blocks] u32
+    a = cuda.arena(plan)
+    a.write("zeros", np.zeros(words, np.uint32))
+    p = Program("cluster")
+    p.launch("copy_f32", 1, 256, [Ref("out"), Ref("zeros"), words], label="clear out")
+    p.launch("cluster_probe", grid, block, [Ref("out")], label="probe", cluster=cluster)
+    p.launch("copy_f32", 1, 256, [Ref("copy"), Ref("out"), words], label="read out")
+    expected = cluster_expected(grid, cluster)
+    bound = cuda.bind(p, a)
+    for name in ("out", "copy", "alt"):
+        a.fill(name, 0xEE)
+    cuda.run(bound, checked=True)
+    cuda.synchronize()
+    assert np.array_equal(a.read("out"), expected) and np.array_equal(a.read("copy"), expected)
+    for name in ("out", "copy"):
+        a.fill(name, 0xEE)
+    g = cuda.graph(bound)
+    assert g.num_programmatic == (2 if cuda.use_pdl else 0)  # into and out of the cluster node
+    g.launch()
+    cuda.synchronize()
+    assert np.array_equal(a.read("out"), expected) and np.array_equal(a.read("copy"), expected)
+    g.patch(1, args=[Ref("alt")])  # cuGraphExecKernelNodeSetParams on the cluster node
+    g.launch()
+    cuda.synchronize()
+    assert np.array_equal(a.read("alt"), expected)
+    assert not a.read("out").any() and not a.read("copy").any()  # cleared, and the probe moved
+
+
+def test_cluster_limits(cuda):
+    """16 CTAs of 1024 threads with nearly all shared memory still fit (one CTA per SM, opted in
+    to non-portable sizes); 32 CTAs or a grid that does not divide are refused up front."""
+    grid, cluster = (16, 1, 1), (16, 1, 1)
+    plan = ArenaPlan()
+    plan.add("out", (2 * 16,), "u32")  # [2 * blocks] u32
+    a = cuda.arena(plan)
+    shared = cuda.properties()["max_shared_per_block_optin"] - 1024  # leaves room for the static word
+    p = Program("big-cluster")
+    p.launch("cluster_probe", grid, 1024, [Ref("out")], shared=shared, label="probe", cluster=cluster)
+    cuda.run(cuda.bind(p, a), checked=True)
+    cuda.synchronize()
+    assert np.array_equal(a.read("out"), cluster_expected(grid, cluster))
+    with pytest.raises(LaunchConfigError, match="has 32 CTAs, more than the 16"):
+        p.launch("cluster_probe", 32, 32, [Ref("out")], cluster=32)
+    with pytest.raises(LaunchConfigError, match="not a multiple of cluster"):
+        p.launch("cluster_probe", 12, 32, [Ref("out")], cluster=8)

@@ -48,3 +48,6 @@ def test_table_and_trace():
     assert "4 gaps" in format_table(res) and step_gaps([]) == {"steps": 0}
     trace = json.loads(chrome_trace(res))["traceEvents"]
     assert [e["ts"] for e in trace] == [0.0, 10.0, 15.0] and trace[0]["dur"] == 10.0
+    assert "cluster" not in trace[0]["args"]
+    nodes[1]["cluster"] = (4, 1, 1)
+    assert json.loads(chrome_trace(res))["traceEvents"][1]["args"]["cluster"] == [4, 1, 1]

@@ -5,7 +5,8 @@ import pytest
 from fixedgraph.backends.base import LaunchFault
 from fixedgraph.backends.reference import ReferenceDevice
 from fixedgraph.backends.reference.memory import MemoryFault
-from fixedgraph.errors import ArgumentError, PtxError
+from fixedgraph.backends.reference.twins import param_names
+from fixedgraph.errors import ArgumentError, LaunchConfigError, PtxError
 from fixedgraph.layout import ArenaPlan
 from fixedgraph.program import Program, Ref, Staging
 
@@ -87,3 +88,27 @@ def test_memory_bounds():
         dev.mem.view(a + 96, np.float32, 2)
     with pytest.raises(MemoryFault, match="NULL"):
         dev.mem.view(0, np.float32, 1)
+
+
+def test_cluster_twin_sees_launch_cluster_and_patches_keep_it(tmp_path):
+    dev = ReferenceDevice()
+    plan = ArenaPlan()
+    plan.add("out", (2 * 16,), "u32")  # [2 * blocks] u32
+    arena = dev.arena(plan)
+    p = Program("cluster")
+    p.launch("cluster_probe", (2, 1, 8), 32, [Ref("out")], label="probe", cluster=(1, 1, 4))
+    g = dev.graph(dev.bind(p, arena))
+    g.launch()
+    out = arena.read("out")
+    z = np.repeat(np.arange(8), 2)  # flat block b = x + 2 * z
+    assert np.array_equal(out[:16], (z % 4) | 4 << 8) and np.array_equal(out[16:], (z + 1) % 4)
+    assert param_names("cluster_probe", 1) == ["out"]  # the keyword-only cluster is not a kernel parameter
+    g.patch(0, grid=(2, 1, 4))  # the patched launch keeps its cluster
+    assert g.bound.ops[0].op.cluster == (1, 1, 4)
+    with pytest.raises(LaunchConfigError, match="not a multiple of cluster"):
+        g.patch(0, grid=(2, 1, 6))
+    g.dot(str(tmp_path / "g.dot"))
+    assert "cluster_probe cluster 1x1x4" in (tmp_path / "g.dot").read_text()
+    from fixedgraph.backends.base import describe_launch
+
+    assert "block=(32, 1, 1) cluster=(1, 1, 4) shared=0" in describe_launch(0, g.bound.ops[0])

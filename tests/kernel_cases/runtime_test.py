@@ -46,3 +46,25 @@ def scalars_case(rng):
     expected = np.array([vals[0], vals[1], vals[2], float(vals[3]), vals[4], vals[5]], dtype=np.float64)
     return KernelCase("scalars_probe", p, {"out": poison(6, "f64")}, {"out": Check()},
                       reference=lambda v: {"out": expected})
+
+
+@kernel_case("cluster_probe")
+def cluster_case(rng):
+    cluster = tuple(int(c) for c in rng.choice([(2, 1, 1), (1, 2, 1), (1, 1, 4), (2, 2, 2), (4, 1, 2), (8, 1, 1)]))
+    grid = tuple(c * int(rng.integers(1, 4)) for c in cluster)
+    nblocks = grid[0] * grid[1] * grid[2]
+    p = Program("cluster")
+    p.launch("cluster_probe", grid, (int(rng.choice([32, 64, 128])),), [Ref("out")], cluster=cluster)
+
+    def reference(v):
+        ranks = []
+        for bz in range(grid[2]):  # block order of the kernel's flat index: x fastest
+            for by in range(grid[1]):
+                for bx in range(grid[0]):
+                    cx, cy, cz = bx % cluster[0], by % cluster[1], bz % cluster[2]
+                    ranks.append(cx + cy * cluster[0] + cz * cluster[0] * cluster[1])
+        n = cluster[0] * cluster[1] * cluster[2]
+        return {"out": np.array([r + (n << 8) for r in ranks] + [(r + 1) % n for r in ranks], dtype=np.uint32)}
+
+    return KernelCase("cluster_probe", p, {"out": poison(2 * nblocks, "u32")}, {"out": Check()},
+                      reference=reference, notes=f"grid {grid} cluster {cluster}")

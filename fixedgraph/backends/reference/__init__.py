@@ -23,6 +23,7 @@ class ReferenceDevice:
     def __init__(self) -> None:
         self.mem = RefMemory()
         self.twins = _twins.load_all()
+        self._cluster_twins = {name for name, fn in self.twins.items() if _twins.takes_cluster(fn)}
 
     def properties(self) -> dict:
         return {"name": "reference (numpy)", "sm_count": 1, "total_memory": 0, "cc_major": 0, "cc_minor": 0}
@@ -76,8 +77,9 @@ class ReferenceDevice:
         # integers as the caller gave them, since PTX parameters carry no signedness.
         unpacked = unpack_args(op.entry, op.packed)
         values = [u if isinstance(u, float) else v for u, v in zip(unpacked, op.values)]
+        kw = {"cluster": op.op.cluster} if op.entry.name in self._cluster_twins else {}
         try:
-            self.twins[op.entry.name](self.mem, op.op.grid, op.op.block, *values)
+            self.twins[op.entry.name](self.mem, op.op.grid, op.op.block, *values, **kw)
         except MemoryFault as exc:
             raise LaunchFault(f"{describe_launch(index, op)}: {exc}") from None
 
@@ -126,6 +128,8 @@ class ReferenceGraph:
         lines = ["digraph fixedgraph {"]
         for i, op in enumerate(self.bound.ops):
             name = op.entry.name if isinstance(op, BoundLaunch) else f"copy {op.op.nbytes}B"
+            if isinstance(op, BoundLaunch) and op.op.cluster_size > 1:
+                name += f" cluster {'x'.join(map(str, op.op.cluster))}"
             lines.append(f'  n{i} [label="{i}: {name}"];')
             if i:
                 lines.append(f"  n{i - 1} -> n{i};")

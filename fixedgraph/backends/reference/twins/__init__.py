@@ -5,7 +5,8 @@ A twin has the kernel's parameter list after three leading arguments:
 count)`` returns a writable 1-D numpy view of device memory), ``grid``/``block`` are 3-tuples,
 and ``args`` follow the PTX ``.param`` order: pointers arrive as integer device addresses (0 for
 NULL), integers as Python ints, floats as Python floats. A twin computes what the kernel computes
-over the whole grid and writes its outputs through ``mem``.
+over the whole grid and writes its outputs through ``mem``. A twin whose result depends on the
+launch's thread-block cluster declares a keyword-only ``cluster`` parameter (a 3-tuple).
 """
 from __future__ import annotations
 
@@ -42,5 +43,13 @@ def param_names(entry: str, count: int) -> list[str] | None:
     fn = load_all().get(entry)
     if fn is None:
         return None
-    names = list(inspect.signature(fn).parameters)[3:]
+    names = [n for n, p in inspect.signature(fn).parameters.items() if p.kind == p.POSITIONAL_OR_KEYWORD][3:]
     return names if len(names) == count else None
+
+
+def takes_cluster(fn: Callable) -> bool:
+    """Whether twin ``fn`` is passed the launch's cluster dims (``cluster=`` keyword)."""
+    import inspect
+
+    p = inspect.signature(fn).parameters.get("cluster")
+    return p is not None and p.kind == p.KEYWORD_ONLY

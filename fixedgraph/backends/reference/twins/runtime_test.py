@@ -45,3 +45,15 @@ def record_meta(mem, grid, block, log, meta, n):
 @twin("noop")
 def noop(mem, grid, block):
     pass
+
+
+@twin("cluster_probe")
+def cluster_probe(mem, grid, block, out, *, cluster=(1, 1, 1)):
+    (gx, gy, gz), (cx, cy, cz) = grid, cluster
+    nblocks = gx * gy * gz
+    z, y, x = (a.ravel() for a in np.indices((gz, gy, gx), dtype=np.uint32))  # flat block order: x fastest
+    rank = x % cx + cx * (y % cy + cy * (z % cz))
+    n = np.uint32(cx * cy * cz)
+    o = mem.view(out, np.uint32, 2 * nblocks)
+    o[:nblocks] = rank | (n << np.uint32(8))
+    o[nblocks:] = (rank + 1) % n  # the neighbour's rank, read from its shared memory
