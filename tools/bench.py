@@ -48,7 +48,8 @@ def graph_replay_ms(llm: LLM, reps: int = 200) -> float:
 
 
 def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: int,
-                profile_dir: str | None = None, peer_names: tuple[str, ...] = PEERS) -> dict:
+                profile_dir: str | None = None, peer_names: tuple[str, ...] = PEERS,
+                lookaheads: tuple[int, ...] = ()) -> dict:
     hf = random_model(name, seed, device="cuda", dtype="bfloat16")
     cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
     t0 = time.perf_counter()
@@ -79,6 +80,21 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         "decode_nodes": llm.runner.decode_graph(prompt_len + 1).num_nodes,
     }
     ours = out.token_ids
+    if lookaheads:  # the same generation with fewer / more steps queued ahead of the GPU
+        default = llm.runner.lookahead
+        sweep = []
+        for k in lookaheads:
+            llm.runner.lookahead = max(1, min(k, default))  # never past the slots the engine planned
+            llm.runner.reset_host_stats()
+            o = llm.generate([prompt], params)[0]
+            h = llm.runner.host_step_stats()
+            sweep.append({"lookahead": llm.runner.lookahead, "ms_per_token": o.metrics.tpot_s * 1e3,
+                          "host_us_mean": h.get("mean_us"), "host_us_median": h.get("median_us"),
+                          "host_us_p90": h.get("p90_us"), "tokens_equal": o.token_ids == ours})
+            print(f"  lookahead {sweep[-1]['lookahead']}: {sweep[-1]['ms_per_token']:.4f} ms/token, host us "
+                  f"median {h.get('median_us', float('nan')):.1f} p90 {h.get('p90_us', float('nan')):.1f}", flush=True)
+        llm.runner.lookahead = default
+        res["lookahead_sweep"] = sweep
     if profile_dir:
         from fixedgraph.profile import chrome_trace, format_table, profile_decode
 
@@ -139,6 +155,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated, from " + ", ".join(PEERS))
+    ap.add_argument("--lookahead-sweep", default="",
+                    help="comma-separated decode lookaheads to re-run the generation with (host time vs queue depth)")
     ap.add_argument("--profile-dir", help="also profile each model's decode step; write JSON + traces here")
     args = ap.parse_args()
     import os
@@ -150,7 +168,8 @@ def main() -> int:
                "prompt": args.prompt, "new_tokens": args.new, "models": []}
     for name in args.models.split(","):
         res = bench_model(name, args.prompt, args.new, copy_gbps, args.seed, args.profile_dir,
-                          tuple(p for p in args.peers.split(",") if p))
+                          tuple(p for p in args.peers.split(",") if p),
+                          tuple(int(k) for k in args.lookahead_sweep.split(",") if k))
         results["models"].append(res)
         print(json.dumps(res, indent=1), flush=True)
     print(f"\ncopy bandwidth {copy_gbps:.0f} GB/s   prompt {args.prompt}   new {args.new}")
