@@ -13,7 +13,7 @@ from fixedgraph.loader import load_weights
 from fixedgraph.models.dense import DenseDecoder, Sizes
 from fixedgraph.models.fixed import fixed_record
 from fixedgraph.outputs import CompletionOutput, RequestMetrics
-from fixedgraph.runner import Runner
+from fixedgraph.runner import LOOKAHEAD, Runner
 from fixedgraph.sampling import SamplingParams, resolve_seed
 from fixedgraph.stopping import StopChecker
 from fixedgraph.tokenizer import Tokenizer
@@ -43,14 +43,15 @@ class LLM:
     the default model (SmolLM2-135M-Instruct, Q4_1 GGUF). ``backend``: "cuda", "reference" or
     "auto". Sizes are fixed at boot: ``max_model_len`` (prompt + output), ``block_size`` (KV
     tokens per block), ``num_blocks`` (default: enough for one full-length sequence),
-    ``prefill_chunk`` (tokens per prefill pass), ``lookahead`` (decode steps queued ahead).
+    ``prefill_chunk`` (tokens per prefill pass), ``lookahead`` (decode steps queued ahead;
+    see ``runner.LOOKAHEAD``).
     ``weights``: instead of a path, a ``(WeightSource, ModelConfig)`` pair (prompts are then
     token ids).
     """
 
     def __init__(self, model: str | Path | None = None, *, weights=None, backend: str | None = None,
                  max_model_len: int | None = None, block_size: int = 16, num_blocks: int | None = None,
-                 prefill_chunk: int = 256, lookahead: int = 4, progress: bool | None = None,
+                 prefill_chunk: int = 256, lookahead: int = LOOKAHEAD, progress: bool | None = None,
                  seed: int | None = None) -> None:
         t0 = time.perf_counter()
         if weights is not None:  # (WeightSource, ModelConfig) built by the caller; ids-only prompts

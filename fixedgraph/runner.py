@@ -26,6 +26,11 @@ from fixedgraph.models.dense import RING, STAGING, DenseDecoder
 from fixedgraph.ops import sample as sample_ops
 from fixedgraph.sampling import SamplingParams
 
+# Decode steps queued ahead of the GPU. On the H200 (session 6 sweep, docs/BENCHMARKS.md) 2-4
+# give the same ms/token and 1 does not (the GPU then waits on the host); at 4 the 8B model's
+# host time per step was 12-21 us median against ~7 at 2-3, as if cuGraphLaunch waited for room
+# in a full launch queue (not proven).
+LOOKAHEAD = 3
 HOST_STEP_HISTORY = 4096  # decode steps whose host times the runner keeps (host_step_stats)
 _SENTINEL = -1
 _POLL_MIN_S = 1e-3  # the shortest wait before a token counts as late and the stream is queried
@@ -39,7 +44,7 @@ class Graphs:
 
 
 class Runner:
-    def __init__(self, device, model: DenseDecoder, arena, lookahead: int = 4) -> None:
+    def __init__(self, device, model: DenseDecoder, arena, lookahead: int = LOOKAHEAD) -> None:
         self.device, self.model, self.arena = device, model, arena
         s = model.sizes
         self.num_slots = s.staging_slots
