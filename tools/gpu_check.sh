@@ -9,6 +9,8 @@
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
 # the same call, so that a change is judged against its baseline on the same machine and clocks.
 # AB_PROFILE=1: the first round also profiles each side (tables in ab_NAME_1.log).
+# AB_KERNELS="--only attention" (bench_kernels.py arguments): each round also runs the kernel
+# bench in every side (abk_NAME_ROUND.log/.json), e.g. for long-context attention.
 set -u
 OUT=${OUT:-/tmp/fixedgraph_out}
 mkdir -p "$OUT"
@@ -79,6 +81,11 @@ if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
       (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} "${prof[@]}" \
          --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
       note "ab $name round $r rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f}\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/ab_${name}_$r.json" 2>&1 | tail -1)"
+      if [ -n "${AB_KERNELS:-}" ]; then
+        (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench_kernels.py $AB_KERNELS \
+           --json "$OUT/abk_${name}_$r.json" > "$OUT/abk_${name}_$r.log" 2>&1)
+        note "ab kernels $name round $r rc=$?: $(grep -E 'attention|gemv' "$OUT/abk_${name}_$r.log" | tail -4 | tr -s ' ' | tr '\n' ';')"
+      fi
     done
   done
 fi
