@@ -16,6 +16,18 @@ def test_bench_kernels_programs_run():
     assert out.returncode == 0 and "smoke ok: 6 programs" in out.stdout, out.stdout + out.stderr
 
 
+def test_host_step_probe_times_every_step():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = subprocess.run([sys.executable, str(ROOT / "tools/host_step_probe.py"), "--steps", "40"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    import json
+
+    stats = json.loads(out.stdout.splitlines()[0])
+    assert stats["steps"] == 39 and 0 < stats["median_us"] <= stats["max_us"]  # token 1 is the prefill's
+
+
 def test_kernel_list_is_current():
     """docs/KERNELS.md is what tools/list_kernels.py prints (regenerate it after kernel changes)."""
     out = subprocess.run([sys.executable, str(ROOT / "tools/list_kernels.py"), "--markdown"], capture_output=True,
