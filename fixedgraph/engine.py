@@ -54,6 +54,8 @@ class LLM:
                  prefill_chunk: int = 256, lookahead: int = LOOKAHEAD, progress: bool | None = None,
                  seed: int | None = None) -> None:
         t0 = time.perf_counter()
+        if int(lookahead) < 1:
+            raise ValueError(f"lookahead must be at least 1 (decode steps queued ahead of the GPU), got {lookahead}")
         if weights is not None:  # (WeightSource, ModelConfig) built by the caller; ids-only prompts
             source, cfg = weights
             validate(source, cfg)

@@ -125,6 +125,11 @@ def test_step_hook_brackets_every_decode_launch(tiny, rng):
     assert calls == [(k, d) for k in range(1, 7) for d in (False, True)]
 
 
+def test_lookahead_below_one_is_refused():
+    with pytest.raises(ValueError, match="lookahead must be at least 1"):
+        LLM(weights=(None, None), backend="reference", lookahead=0)
+
+
 def test_host_step_stats_cover_every_decode_step(tiny, rng, monkeypatch):
     """The runner times its host work per decode step: the mean over all since a reset, the
     median / p90 / max over the last HOST_STEP_HISTORY (a short history here, so it wraps)."""
