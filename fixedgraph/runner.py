@@ -48,7 +48,10 @@ class Runner:
         self.device, self.model, self.arena = device, model, arena
         s = model.sizes
         self.num_slots = s.staging_slots
-        self.lookahead = max(1, min(lookahead, s.ring_len - 2, self.num_slots - 2))
+        # the deepest queue the ring and the staging slots allow (a later, deeper lookahead would
+        # overwrite a slot or ring entry still in flight)
+        self.max_lookahead = min(s.ring_len - 2, self.num_slots - 2)
+        self.lookahead = max(1, min(lookahead, self.max_lookahead))
         self.slot_bytes = model.slot_bytes
         self.staging = device.alloc_host(self.num_slots * self.slot_bytes, mapped=True)
         arena.fill("stage_counter", 0)

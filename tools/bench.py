@@ -84,7 +84,7 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         default = llm.runner.lookahead
         sweep = []
         for k in lookaheads:
-            llm.runner.lookahead = max(1, min(k, default))  # never past the slots the engine planned
+            llm.runner.lookahead = max(1, min(k, llm.runner.max_lookahead))  # within the planned slots
             llm.runner.reset_host_stats()
             o = llm.generate([prompt], params)[0]
             h = llm.runner.host_step_stats()

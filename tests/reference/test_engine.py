@@ -125,6 +125,11 @@ def test_step_hook_brackets_every_decode_launch(tiny, rng):
     assert calls == [(k, d) for k in range(1, 7) for d in (False, True)]
 
 
+def test_lookahead_default_and_its_cap(tiny):
+    r = tiny.runner
+    assert r.lookahead == 3 and r.max_lookahead == min(tiny.model.sizes.ring_len, r.num_slots) - 2 >= 4
+
+
 def test_lookahead_below_one_is_refused():
     with pytest.raises(ValueError, match="lookahead must be at least 1"):
         LLM(weights=(None, None), backend="reference", lookahead=0)
