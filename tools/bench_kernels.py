@@ -8,6 +8,10 @@ paged decode attention at 4k-32k keys (Hkv 8, D 128, GQA 4). Each case is a grap
 launches over rotating copies of the operands (more bytes than L2 holds), timed with events;
 the table gives µs per launch, GB/s and the fraction of the copy bandwidth measured in the same
 run. ``--smoke`` runs tiny shapes on the reference backend to check the programs only.
+Two attention probes run beside each context: ``attn_rows8_hkv1`` (the same bytes and CTAs with
+each CTA's K/V of a block contiguous: the pool layout's cost) and ``attention_decode_seqbt``
+(blocks in pool order instead of shuffled: the block table's). ``--ctx 32768`` times one context,
+e.g. under ``ncu``.
 """
 from __future__ import annotations
 
@@ -94,35 +98,41 @@ def split_candidates(N: int, K: int) -> list:
     return [None] + [s for s in (1, 2, 4, 8, 16) if s <= warps and kblocks >= 2 * s]
 
 
-def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8, D: int = 128, bs: int = 16) -> dict:
+def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8, D: int = 128, bs: int = 16,
+                    rows: int = 1, shuffle: bool = True) -> dict:
+    """Decode attention of ``rows`` rows of ``ctx`` keys each. rows > 1 with Hkv = 1 is the
+    layout probe: the same bytes and CTAs as one row of rows kv heads, but each CTA's K/V of a
+    block is contiguous (block_size * D * 2 bytes) instead of D * 2-byte runs at a Hkv * D stride."""
     nblocks = -(-ctx // bs)
-    kv_bytes = ctx * Hkv * D * 2 * 2
+    kv_bytes = rows * ctx * Hkv * D * 2 * 2
     c = copies_for(kv_bytes, smoke)
-    S = attention.choose_num_splits(ctx, 1, Hkv)
+    S = attention.choose_num_splits(ctx, rows, Hkv)
     plan = ArenaPlan()
     for i in range(c):
-        plan.add(f"k{i}", (nblocks + 1, bs, Hkv, D), "bf16")
-        plan.add(f"v{i}", (nblocks + 1, bs, Hkv, D), "bf16")
-    plan.add("q", (1, Hq * D), "bf16")
-    plan.add("out", (1, Hq * D), "bf16")
-    plan.add("bt", (1, nblocks), "i32")
-    plan.add("len", (1,), "i32")
-    for name, (shape, dtype) in attention.decode_scratch(1, Hq, D, S, Hkv).items():
+        plan.add(f"k{i}", (rows * nblocks + 1, bs, Hkv, D), "bf16")
+        plan.add(f"v{i}", (rows * nblocks + 1, bs, Hkv, D), "bf16")
+    plan.add("q", (rows, Hq * D), "bf16")
+    plan.add("out", (rows, Hq * D), "bf16")
+    plan.add("bt", (rows, nblocks), "i32")
+    plan.add("len", (rows,), "i32")
+    for name, (shape, dtype) in attention.decode_scratch(rows, Hq, D, S, Hkv).items():
         plan.add(name, shape, dtype)
     arena = dev.arena(plan)
     for name in plan.regions:
         if name.startswith(("k", "v", "q")):
             fill(arena, name, rng)
-    arena.write("bt", (rng.permutation(nblocks) + 1).astype(np.int32).reshape(1, nblocks))
-    arena.write("len", np.array([ctx], np.int32))
-    for name in attention.decode_scratch(1, Hq, D, S, Hkv):
+    order = rng.permutation(rows * nblocks) if shuffle else np.arange(rows * nblocks)
+    arena.write("bt", (order + 1).astype(np.int32).reshape(rows, nblocks))
+    arena.write("len", np.full(rows, ctx, np.int32))
+    for name in attention.decode_scratch(rows, Hq, D, S, Hkv):
         arena.fill(name, 0)
-    scratch = {n: Ref(n) for n in attention.decode_scratch(1, Hq, D, S, Hkv)} or None
+    scratch = {n: Ref(n) for n in attention.decode_scratch(rows, Hq, D, S, Hkv)} or None
     prog = Program(f"attention.{ctx}")
     for i in range(c):
         attention.attention_decode(prog, Ref("out"), Ref("q"), Ref(f"k{i}"), Ref(f"v{i}"), Ref("bt"), Ref("len"),
-                                   scratch, 1, nblocks, bs, Hq, Hkv, D, D ** -0.5, S)
-    return {"kernel": "attention_decode", "shape": f"ctx {ctx} S {S}", "bytes": kv_bytes,
+                                   scratch, rows, nblocks, bs, Hq, Hkv, D, D ** -0.5, S)
+    kernel = ("attention_decode" if rows == 1 else f"attn_rows{rows}_hkv{Hkv}") + ("" if shuffle else "_seqbt")
+    return {"kernel": kernel, "shape": f"ctx {ctx} S {S}", "bytes": kv_bytes,
             **time_program(dev, prog, arena, c, smoke)}
 
 
@@ -145,6 +155,8 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
     ap.add_argument("--only", choices=("gemv", "attention"), help="time only these kernels")
+    ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 8192, 16384, 32768],
+                    help="attention contexts (e.g. one, under ncu)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     dev = get_device("reference" if args.smoke else "cuda")
@@ -155,6 +167,7 @@ def main() -> int:
         rows += bench_gemv(dev, 64, 96, "rmsnorm_silu", True, rng)
         rows += bench_gemv(dev, 64, 96, "silu", True, rng)
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64))
+        rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=1, D=64, rows=3))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
     import torch  # the copy-bandwidth ceiling, measured the same way as tools/bench.py
@@ -173,8 +186,12 @@ def main() -> int:
                 for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K)):
                     r["model"] = model
                     rows.append(r)
-    for ctx in ((4096, 8192, 16384, 32768) if args.only != "gemv" else ()):
+    for ctx in (args.ctx if args.only != "gemv" else ()):
         rows.append(bench_attention(dev, ctx, False, rng))
+        # layout probe: same bytes and CTAs, each CTA's K/V of a block one contiguous run
+        rows.append(bench_attention(dev, ctx, False, rng, Hq=4, Hkv=1, rows=8))
+        # block-table probe: the blocks in pool order instead of shuffled
+        rows.append(bench_attention(dev, ctx, False, rng, shuffle=False))
     print(f"copy bandwidth {copy:.0f} GB/s")
     for r in rows:
         r["GBps"] = r["bytes"] / (r["us"] * 1e3)
