@@ -18,6 +18,8 @@ namespace attn {
 constexpr int kDecThreads = 128;  // 4 warps; every decode entry requires exactly this block
 constexpr int kDecTileKeys = 64;  // keys per K/V tile of decode_tc: 16 per warp
 constexpr int kDecStages = 2;     // K/V tiles in flight per CTA
+constexpr int kDecBtWindow = 512; // block-table entries of a split held in shared memory at once
+static_assert(kDecBtWindow >= kDecStages * kDecTileKeys + 1, "the first tiles must fit one window");
 
 // Bytes of dynamic shared memory decode_tc<D> needs: kDecStages (K, V) tiles of padded rows.
 __host__ __device__ constexpr int decode_tc_smem(int D) {
@@ -127,34 +129,28 @@ struct TileLoad {
 
 // Issue one tile's cp.async (keys [kbase, kbase + 64) of kv head kvh) into s_k/s_v and commit.
 // Keys at or past kend are zero-filled and read nothing: garbage or NaN in unwritten pool
-// slots never reaches P.V. Block-table entries are all loaded before the first copy is issued,
-// through L2 (ld.cg; the copies are cp.async.cg), since decode_tc issues the first tiles before
-// its PDL wait (see there).
+// slots never reaches P.V. Block-table entries come from s_bt, the window of the row's table
+// from block win0 (bt_window; the tile's blocks lie inside it), so a refill's copies never wait
+// on a global round trip (ncu at 32k keys, entries loaded from L2 per refill: one dependent
+// round trip per refill, 15% of the stall samples; 38% with the loads in branches).
 // SUB (the fused-RoPE entries): key sub_key is never read from the pools; its rows are copied
 // from sub_k/sub_v (shared memory, [D] bf16) when given, else left for the caller to store
 // before the barrier that precedes the tile's use (no cp.async may target those rows).
 template <int D, bool SUB = false>
 __device__ __forceinline__ void load_kv_tile(
     __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
-    const __nv_bfloat16 *__restrict__ v_pool, const int *__restrict__ bt, int kbase, int kend,
+    const __nv_bfloat16 *__restrict__ v_pool, const int *s_bt, int win0, int kbase, int kend,
     unsigned block_size, size_t tok_stride, unsigned kvh, int sub_key = -1,
     const __nv_bfloat16 *sub_k = nullptr, const __nv_bfloat16 *sub_v = nullptr) {
     constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = D + 8;
-    // Every block-table load is issued before any is used: loaded under the key < kend test,
-    // each became its own branch and the compiler waited on one L2 round trip per load (ncu at
-    // 32k keys: 8 dependent round trips per refill, 38% of the warps' stall samples). Keys past
-    // kend read kend - 1's entry (kbase < kend whenever a tile is loaded) and are masked below.
-    unsigned blk[N], tok[N];  // tok: pool token index of each chunk's key; ~0u: past kend
-#pragma unroll
-    for (int it = 0; it < N; ++it) {
-        const int key = min(kbase + (int)(threadIdx.x + it * kDecThreads) / CHUNKS, kend - 1);
-        blk[it] = (unsigned)__ldcg(bt + (unsigned)key / block_size);
-    }
+    unsigned tok[N];  // pool token index of each chunk's key; ~0u: past kend
 #pragma unroll
     for (int it = 0; it < N; ++it) {
         const int key = kbase + (int)(threadIdx.x + it * kDecThreads) / CHUNKS;
-        tok[it] = key < kend && !(SUB && key == sub_key) ? blk[it] * block_size + (unsigned)key % block_size
-                                                          : ~0u;
+        // keys past kend read kend - 1's entry (kbase < kend whenever a tile is loaded)
+        const int kc = min(key, kend - 1);
+        const unsigned blk = (unsigned)s_bt[(int)((unsigned)kc / block_size) - win0];
+        tok[it] = key < kend && !(SUB && key == sub_key) ? blk * block_size + (unsigned)kc % block_size : ~0u;
     }
 #pragma unroll
     for (int it = 0; it < N; ++it) {
@@ -173,6 +169,15 @@ __device__ __forceinline__ void load_kv_tile(
         cp_async16(smem_addr(s_v + kl * LD + cc * 8), v_pool + off, ok ? 16 : 0);
     }
     cp_async_commit();
+}
+
+// The whole CTA: s_bt[i] = bt[win0 + i] for the window's entries up to block last (inclusive),
+// through L2 (ld.cg: decode_tc loads the first window before its PDL wait, see there), then a
+// barrier. The caller makes sure no thread still reads the previous window.
+__device__ __forceinline__ void bt_window(int *s_bt, const int *__restrict__ bt, int win0, int last) {
+    const int n = min(last - win0 + 1, kDecBtWindow);
+    for (int i = threadIdx.x; i < n; i += kDecThreads) s_bt[i] = __ldcg(bt + win0 + i);
+    __syncthreads();
 }
 
 // p (f32) as hi + lo, both bf16: the P.V MMA then carries ~16 mantissa bits of P, so the result
@@ -333,6 +338,7 @@ __device__ __forceinline__ void decode_tc(
     float *s_o = reinterpret_cast<float *>(dec_smem);  // [warp][16][SO] after the key loop (aliases)
     __shared__ __align__(16) __nv_bfloat16 s_q[kDecMaxHeads * LD];  // [head][dim] of one pass
     __shared__ float s_m[4][kDecMaxHeads], s_l[4][kDecMaxHeads];
+    __shared__ int s_bt[kDecBtWindow];  // block-table entries win0.. of the current split
     // ROPE: the current token's rotated k and raw v (bf16 [D] each), written in the first pass
     __shared__ __align__(16) __nv_bfloat16 s_cur[ROPE ? 2 : 1][ROPE ? D : 8];
     __nv_bfloat16 *s_ck = s_cur[0], *s_cv = s_cur[ROPE ? 1 : 0];
@@ -386,11 +392,14 @@ __device__ __forceinline__ void decode_tc(
             }
             // Both stages start loading before any math (empty groups keep wait_group counting).
             // ROPE: in the first pass s_ck/s_cv are not written yet; rope_pass fills the rows.
+            // NOTE: the previous pass or work item ended with a barrier: no thread reads s_bt.
+            int win0 = sr.start / (int)block_size;
+            bt_window(s_bt, bt, win0, (sr.end - 1) / (int)block_size);
 #pragma unroll
             for (int st = 0; st < kDecStages; ++st) {
                 if (st < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
-                    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, bt, sr.start + st * TK,
+                    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, sr.start + st * TK,
                                           sr.end, block_size, tok_stride, kvh, sub_key,
                                           h0 ? s_ck : nullptr, h0 ? s_cv : nullptr);
                 } else {
@@ -488,9 +497,14 @@ __device__ __forceinline__ void decode_tc(
                 __syncthreads();  // NOTE: every warp is done with stage st before it is refilled
                 if (kt + kDecStages < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
-                    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, bt,
-                                          sr.start + (kt + kDecStages) * TK, sr.end, block_size,
-                                          tok_stride, kvh, sub_key, s_ck, s_cv);
+                    const int kb0 = sr.start + (kt + kDecStages) * TK;
+                    const int last = (min(kb0 + TK, sr.end) - 1) / (int)block_size;
+                    if (last >= win0 + kDecBtWindow) {  // CTA-uniform; every thread passed the barrier above
+                        win0 = kb0 / (int)block_size;
+                        bt_window(s_bt, bt, win0, (sr.end - 1) / (int)block_size);
+                    }
+                    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, kb0, sr.end,
+                                          block_size, tok_stride, kvh, sub_key, s_ck, s_cv);
                 } else {
                     cp_async_commit();
                 }

@@ -337,6 +337,8 @@ ROPE_CASES = {
     "attention_decode_rope_r3_bs16_h8kv4_d96_s7_norm": (3, 16, 8, 4, 96, 7, True, [50, 1, 16], 1),
     # G = 20: two head passes; the second takes the token's k/v from shared memory
     "attention_decode_rope_r3_bs16_h40kv2_d64_s1_norm": (3, 16, 40, 2, 64, 1, True, [70, 300, 1], None),
+    # more than 512 blocks in one split: the kernel's shared block-table window moves (twice at 1200)
+    "attention_decode_rope_r2_bs1_h8kv2_d128_s1": (2, 1, 8, 2, 128, 1, False, [1200, 600], None),
 }
 
 # name -> (rows, Hq, D, num_splits)
@@ -372,4 +374,12 @@ _register(ROPE_CASES, _rope_case)
 kernel_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4")(  # an empty row gives zeros
     lambda rng: _decode_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4", rng, 3, 16, 32, 8, 128,
                              4, lens=[0, 37, 200]))
+# splits of more than 512 blocks (the kernel's shared block-table window moves): 1500 keys of
+# block 1 move it twice, 1100 once, 513 just; S = 2 at 2100 keys of block 2: 525 blocks a split
+kernel_case("attention_decode_window_r3_bs1_h8kv2_d128_s1")(
+    lambda rng: _decode_case("attention_decode_window_r3_bs1_h8kv2_d128_s1", rng, 3, 1, 8, 2, 128, 1,
+                             lens=[1500, 1100, 513]))
+kernel_case("attention_decode_window_r2_bs2_h16kv2_d64_s2")(
+    lambda rng: _decode_case("attention_decode_window_r2_bs2_h16kv2_d64_s2", rng, 2, 2, 16, 2, 64, 2,
+                             lens=[2100, 1030]))
 _register(PREFILL_CASES, _prefill_case)
