@@ -252,7 +252,7 @@ __device__ __forceinline__ void decode_scalar(
 //   bf16; pools [num_blocks, block_size, Hkv, D] bf16; block_table [rows, max_blocks] i32;
 //   seq_len [rows] i32. Block must be 128 threads; D <= 128 needs attn::decode_tc_smem(D) bytes
 //   of dynamic shared memory. Any grid: CTAs stride over (kv head, row, split) = (x, y, z).
-//   Two CTAs per SM (launch bounds): about 217 registers for D = 128 without spills.
+//   Two CTAs per SM (launch bounds): about 225 registers for D = 128 without spills.
 __device__ __forceinline__ unsigned dynamic_smem_bytes() {
     unsigned n;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
