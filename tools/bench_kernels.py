@@ -155,6 +155,7 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
     ap.add_argument("--only", choices=("gemv", "attention"), help="time only these kernels")
+    ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
     ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 8192, 16384, 32768],
                     help="attention contexts (e.g. one, under ncu)")
     args = ap.parse_args()
@@ -178,6 +179,8 @@ def main() -> int:
     copy = peers.copy_bandwidth_GBps()
     del torch
     for model, shapes in (GEMV_SHAPES.items() if args.only != "attention" else ()):
+        if args.gemv_model and model != args.gemv_model:
+            continue
         # what the decode step launches: norm+qkv, o_proj, norm+gate_up+silu, down (and the
         # plain GEMV on the fused shapes, for the cost of the fusion)
         kinds = (("rmsnorm", "plain"), ("plain",), ("rmsnorm_silu", "plain"), ("plain",))

@@ -3,7 +3,8 @@
 # under compute-sanitizer memcheck, run the benchmarks. Logs and JSON go under $OUT; a short
 # table is printed last.
 #
-#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab all (default all)
+#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab ncu all
+#                                            (default all; ncu only when named)
 #
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
@@ -11,6 +12,10 @@
 # AB_PROFILE=1: the first round also profiles each side (tables in ab_NAME_1.log).
 # AB_KERNELS="--only attention" (bench_kernels.py arguments): each round also runs the kernel
 # bench in every side (abk_NAME_ROUND.log/.json), e.g. for long-context attention.
+# ncu: Nsight Compute stall samples per SASS instruction of the decode kernels as bench_kernels
+# launches them (0.6B GEMV shapes; attention at 4k and 32k keys), ranked by tools/ncu_stalls.py
+# into ncu_NAME.txt / .json (with ncu_NAME_details.txt: the sections' tables). NCU_CASES picks
+# cases by name (default all: attn4k attn32k qkv gate_up o_down).
 set -u
 OUT=${OUT:-/tmp/fixedgraph_out}
 mkdir -p "$OUT"
@@ -87,6 +92,26 @@ if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
         note "ab kernels $name round $r rc=$?: $(grep -E 'attention|gemv' "$OUT/abk_${name}_$r.log" | tail -4 | tr -s ' ' | tr '\n' ';')"
       fi
     done
+  done
+fi
+if [[ " $stages " == *" ncu "* ]]; then
+  # name : kernel-name regex : bench_kernels arguments
+  cases=("attn4k:^paged_attention_decode_d:--only attention --ctx 4096"
+         "attn32k:^paged_attention_decode_d:--only attention --ctx 32768"
+         "qkv:^gemv_rmsnorm_bf16:--only gemv --gemv-model qwen3-0.6b"
+         "gate_up:^gemv_rmsnorm_silu:--only gemv --gemv-model qwen3-0.6b"
+         "o_down:^gemv_bf16:--only gemv --gemv-model qwen3-0.6b")
+  for spec in "${cases[@]}"; do
+    name=${spec%%:*}; rest=${spec#*:}; kern=${rest%%:*}; args=${rest#*:}
+    [[ -n "${NCU_CASES:-}" && " $NCU_CASES " != *" $name "* ]] && continue
+    # shellcheck disable=SC2086
+    timeout 300 ncu --clock-control none -k "regex:$kern" --launch-skip 3 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section SourceCounters --import-source no \
+      -f -o "$OUT/ncu_$name" python3 tools/bench_kernels.py $args > "$OUT/ncu_${name}_run.log" 2>&1
+    python3 tools/ncu_stalls.py "$OUT/ncu_$name.ncu-rep" --json "$OUT/ncu_$name.json" > "$OUT/ncu_$name.txt" 2>&1
+    note "ncu $name rc=$?: $(head -1 "$OUT/ncu_$name.txt")"
+    ncu -i "$OUT/ncu_$name.ncu-rep" --page details > "$OUT/ncu_${name}_details.txt" 2>&1
+    rm -f "$OUT/ncu_$name.ncu-rep"
   done
 fi
 echo

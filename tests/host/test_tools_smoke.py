@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bench_kernels_programs_run():
     out = subprocess.run([sys.executable, str(ROOT / "tools/bench_kernels.py"), "--smoke"], capture_output=True,
                          text=True, timeout=300)
-    assert out.returncode == 0 and "smoke ok: 6 programs" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "smoke ok: 7 programs" in out.stdout, out.stdout + out.stderr
 
 
 def test_host_step_probe_times_every_step():
@@ -48,3 +48,39 @@ def test_ab_prepare_exports_each_ref(tmp_path):
     bad = subprocess.run(["bash", str(ROOT / "tools/ab_prepare.sh"), "x=no-such-ref"], capture_output=True, text=True,
                          timeout=60, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "not a commit" in bad.stderr
+
+
+def test_ncu_stalls_ranks_samples_and_names_the_load(tmp_path):
+    """tools/ncu_stalls.py on an exported SASS page: the hot instruction, its stall reason, the
+    load whose register it waits for, and the samples per phase between barriers."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import ncu_stalls
+
+    cols = ["Address", "Source", "Warp Stall Sampling (All Samples)", "stall_long_sb", "stall_barrier",
+            "stall_long_sb (Not Issued)"]
+    rows = [
+        ["0x0", "LDG.E.STRONG.GPU R28, desc[UR10][R30.64]", "1", "0", "0", "0"],
+        ["0x10", "IMAD R4, R5, R6, RZ", "2", "0", "0", "0"],
+        ["0x20", "IMAD R27, R28, UR4, R27", "90", "85", "0", "80"],
+        ["0x30", "BAR.SYNC.DEFER_BLOCKING 0x0", "5", "0", "5", "0"],
+        ["0x40", "@P0 BRA 0x80", "40", "0", "40", "0"],
+        ["0x50", "EXIT", "2", "0", "0", "0"],
+    ]
+    text = "\n".join([",".join(f'"{c}"' for c in ["Kernel Name", "k1"])] + [",".join(f'"{c}"' for c in r)
+                                                                                for r in [cols] + rows])
+    (tmp_path / "k.csv").write_text(text + "\n")
+    [k] = ncu_stalls.parse_source_csv(text)
+    s = ncu_stalls.summarize(k, top=2)
+    assert k["kernel"] == "k1" and s["samples"] == 140 and len(s["hot"]) == 2
+    hot = {h["index"]: h for h in s["hot"]}
+    assert hot[2]["reason"] == "long_sb" and hot[2]["after"]["index"] == 0  # R28 came from the LDG
+    assert hot[4]["reason"] == "barrier" and hot[4]["after"] is None
+    assert [p["samples"] for p in s["phases"]] == [98, 42]  # up to the barrier, then up to EXIT
+    out = subprocess.run([sys.executable, str(ROOT / "tools/ncu_stalls.py"), str(tmp_path / "k.csv"), "--top", "3"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "k1: 140 stall samples" in out.stdout, out.stdout + out.stderr
+    empty = tmp_path / "e.csv"
+    empty.write_text('"Kernel Name","k1"\n')
+    out = subprocess.run([sys.executable, str(ROOT / "tools/ncu_stalls.py"), str(empty)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "SourceCounters" in out.stderr
