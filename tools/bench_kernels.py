@@ -156,6 +156,7 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
     ap.add_argument("--only", choices=("gemv", "attention"), help="time only these kernels")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
+    ap.add_argument("--gemv-shape", help="only this GEMV weight shape, NxK (e.g. 1024x2048, under ncu)")
     ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 8192, 16384, 32768],
                     help="attention contexts (e.g. one, under ncu)")
     args = ap.parse_args()
@@ -185,6 +186,8 @@ def main() -> int:
         # plain GEMV on the fused shapes, for the cost of the fusion)
         kinds = (("rmsnorm", "plain"), ("plain",), ("rmsnorm_silu", "plain"), ("plain",))
         for (N, K), ks in zip(shapes, kinds):
+            if args.gemv_shape and args.gemv_shape != f"{N}x{K}":
+                continue
             for kind in ks:
                 for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K)):
                     r["model"] = model

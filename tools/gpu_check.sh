@@ -15,7 +15,7 @@
 # ncu: Nsight Compute stall samples per SASS instruction of the decode kernels as bench_kernels
 # launches them (0.6B GEMV shapes; attention at 4k and 32k keys), ranked by tools/ncu_stalls.py
 # into ncu_NAME.txt / .json (with ncu_NAME_details.txt: the sections' tables). NCU_CASES picks
-# cases by name (default all: attn4k attn32k qkv gate_up o_down).
+# cases by name (default all: attn4k attn32k qkv gate_up o_proj).
 set -u
 OUT=${OUT:-/tmp/fixedgraph_out}
 mkdir -p "$OUT"
@@ -98,9 +98,9 @@ if [[ " $stages " == *" ncu "* ]]; then
   # name : kernel-name regex : bench_kernels arguments
   cases=("attn4k:^paged_attention_decode_d:--only attention --ctx 4096"
          "attn32k:^paged_attention_decode_d:--only attention --ctx 32768"
-         "qkv:^gemv_rmsnorm_bf16:--only gemv --gemv-model qwen3-0.6b"
-         "gate_up:^gemv_rmsnorm_silu:--only gemv --gemv-model qwen3-0.6b"
-         "o_down:^gemv_bf16:--only gemv --gemv-model qwen3-0.6b")
+         "qkv:^gemv_rmsnorm_bf16:--only gemv --gemv-model qwen3-0.6b --gemv-shape 4096x1024"
+         "gate_up:^gemv_rmsnorm_silu:--only gemv --gemv-model qwen3-0.6b --gemv-shape 6144x1024"
+         "o_proj:^gemv_bf16:--only gemv --gemv-model qwen3-0.6b --gemv-shape 1024x2048")
   for spec in "${cases[@]}"; do
     name=${spec%%:*}; rest=${spec#*:}; kern=${rest%%:*}; args=${rest#*:}
     [[ -n "${NCU_CASES:-}" && " $NCU_CASES " != *" $name "* ]] && continue
