@@ -29,7 +29,7 @@ SAMPLES = "Warp Stall Sampling (All Samples)"
 PHASE_OPS = ("BAR.SYNC", "ERRBAR", "MEMBAR", "DEPBAR", "LDGDEPBAR", "ATOM", "RED", "EXIT", "ACQBULK",
              "SYNCS")
 # SASS opcodes whose result a later instruction may wait for (global, shared, local memory)
-MEMORY_OPS = ("LDG", "LDS", "LDL", "LDSM", "LD.", "ATOM", "ATOMG", "ATOMS", "LDSM")
+MEMORY_OPS = ("LDG", "LDS", "LDL", "LD.", "ATOM")  # prefixes: LDSM, ATOMG, ATOMS, .. included
 _REG = re.compile(r"\bR(\d+)\b")
 
 
@@ -78,17 +78,15 @@ def _opcode(sass: str) -> str:
 
 def _operands(sass: str) -> tuple[set[int], set[int]]:
     """(registers written, registers read) of a SASS line, roughly: the first operand is the
-    destination, widened by the opcode's .64 / .128 width; the rest are sources."""
-    parts = sass.split(None, 2 if sass.startswith("@") else 1)
-    ops = parts[-1] if len(parts) > (2 if sass.startswith("@") else 1) else ""
-    args = [a.strip() for a in ops.split(",")]
-    if not args or not args[0]:
+    destination (none when it is a memory address, as in stores and LDGSTS), widened by the
+    opcode's .64 / .128 width; the rest are sources."""
+    parts = sass.split(None, 2 if sass.startswith("@") else 1)  # [guard], opcode, operands
+    op, args = _opcode(sass), [a.strip() for a in parts[-1].split(",")] if len(parts) > 1 else []
+    if not args or args[0] == op:
         return set(), set()
-    op = _opcode(sass)
     width = 4 if ".128" in op else 2 if ".64" in op else 1
-    dst = {int(m) + k for m in _REG.findall(args[0]) for k in range(width)}
-    src = {int(m) for a in args[1:] for m in _REG.findall(a)}
-    return dst, src
+    dst = set() if args[0].startswith("[") else {int(m) + k for m in _REG.findall(args[0]) for k in range(width)}
+    return dst, {int(m) for a in args[1:] for m in _REG.findall(a)}
 
 
 def producer_of(rows: list[dict], i: int, reach: int = 400) -> dict | None:
