@@ -101,14 +101,17 @@ __device__ __forceinline__ void decode_scalar(
             for (int base = kstart + warp * WARP_KEYS; base < kend; base += STEP) {
                 uint4 kr[kDecUnroll], vr[kDecUnroll];
                 bool valid[kDecUnroll];
+                unsigned blk[kDecUnroll];  // every block-table load issued before any is used
+#pragma unroll
+                for (int u = 0; u < kDecUnroll; ++u)
+                    blk[u] = (unsigned)bt[(unsigned)min(base + u * KPW + slot, kend - 1) / block_size];
 #pragma unroll
                 for (int u = 0; u < kDecUnroll; ++u) {
                     const int key = base + u * KPW + slot;
                     valid[u] = key < kend;
                     kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);  // zeros: p * v must stay finite
                     if (valid[u] && chunk_ok) {
-                        const size_t tok = (size_t)(unsigned)bt[(unsigned)key / block_size] * block_size +
-                                           (unsigned)key % block_size;
+                        const size_t tok = (size_t)blk[u] * block_size + (unsigned)key % block_size;
                         const size_t off = tok * tok_stride + (size_t)kvh * D + c * 8;
                         kr[u] = attn::ld_stream16(k_pool + off);
                         vr[u] = attn::ld_stream16(v_pool + off);

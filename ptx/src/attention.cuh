@@ -171,18 +171,26 @@ __device__ __forceinline__ void prefill_impl(
             qa[ks][3] = q1 ? q1[ks * 8 + tig + 4] : 0u;
         }
 
+        // Every block-table load of a tile is issued before any is used (loaded under the key <
+        // kend test, each load and its use made one branch: a round trip per load, as ncu found
+        // in decode; keys past kend read kend - 1's entry and copy nothing).
         auto load_tile = [&](__nv_bfloat16 *dst, const __nv_bfloat16 *pool, int kt) {
-            for (int i = tid; i < kPreBN * CHUNKS; i += kPreThreads) {
+            constexpr int IT = kPreBN * CHUNKS / kPreThreads;
+            static_assert(kPreBN * CHUNKS % kPreThreads == 0, "tile chunks must divide evenly");
+            unsigned blk[IT];
+#pragma unroll
+            for (int it = 0; it < IT; ++it) {
+                const int key = min(kt * kPreBN + (tid + it * kPreThreads) / CHUNKS, kend - 1);
+                blk[it] = (unsigned)block_table[(unsigned)key / block_size];
+            }
+#pragma unroll
+            for (int it = 0; it < IT; ++it) {
+                const int i = tid + it * kPreThreads;
                 const int kl = i / CHUNKS, cc = i % CHUNKS, key = kt * kPreBN + kl;
-                const __nv_bfloat16 *src = pool;
-                int bytes = 0;
-                if (key < kend) {
-                    const size_t tok = (size_t)(unsigned)block_table[(unsigned)key / block_size] *
-                                           block_size + (unsigned)key % block_size;
-                    src = pool + tok * tok_stride + (size_t)kvh * D + cc * 8;
-                    bytes = 16;
-                }
-                attn::cp_async16(attn::smem_addr(dst + kl * LD + cc * 8), src, bytes);
+                const bool ok = key < kend;
+                const size_t tok = (size_t)blk[it] * block_size + (unsigned)key % block_size;
+                attn::cp_async16(attn::smem_addr(dst + kl * LD + cc * 8),
+                                 ok ? pool + tok * tok_stride + (size_t)kvh * D + cc * 8 : pool, ok ? 16 : 0);
             }
             attn::cp_async_commit();
         };
