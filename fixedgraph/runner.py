@@ -10,6 +10,7 @@ and there are lookahead + 2 slots. Prefill waits for its first token before deco
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from array import array
@@ -63,6 +64,7 @@ class Runner:
         self.ring_i32 = self.ring.view(np.int32)
         self.ring_i32[:] = _SENTINEL
         self.alloc = BlockAllocator(s.num_blocks, s.block_size, s.max_blocks)
+        self.checked = os.environ.get("FIXEDGRAPH_CHECKED", "0") == "1"  # see _launcher
         self.graphs = self._build_graphs()
         self._seen_words = -(-model.V // 32)
         self._next_seq = 0
@@ -125,8 +127,16 @@ class Runner:
         """The decode graph a step with ``num_keys`` keys (position + 1) launches."""
         return self.graphs.decode[(width, self.model.ctx_bucket(num_keys), sampling)]
 
+    def _launcher(self, graph):
+        """What launches ``graph``: its replay, or with ``FIXEDGRAPH_CHECKED=1`` its program run
+        eagerly with a synchronisation after every launch, so that a fault names its op (slow:
+        for debugging only)."""
+        if not self.checked:
+            return graph.launch
+        return lambda: self.device.run(graph.bound, checked=True)
+
     def _launch(self, graph) -> None:
-        graph.launch()
+        self._launcher(graph)()
         self.passes += 1
 
     def _decode_slot_views(self, k: int) -> dict:
@@ -225,7 +235,7 @@ class Runner:
                     ring[step % ring_len] = _SENTINEL
                     if pos >= bucket:  # the sequence outgrew its context bucket: the next graph
                         bucket = bucket_of(pos + 1)
-                        launch = self.graphs.decode[(1, bucket, sampling)].launch
+                        launch = self._launcher(self.graphs.decode[(1, bucket, sampling)])
                     hook = self.step_hook
                     if hook is None:
                         launch()
@@ -271,7 +281,12 @@ class Runner:
             v["seq_len"][:] = 0
             v["block_table"][0, : len(table)] = table
             v["last_row"][0] = len(chunk) - 1
-            v["step"][0] = 0
+            # Every pass ends in the head, which publishes its token to ring[step]. Only the last
+            # chunk's may land where the host waits (ring[0]): an earlier chunk still in flight
+            # would otherwise overwrite the sentinel set below and hand back its own token while
+            # the last chunk runs, and decode would rewrite the staging slots under it. The
+            # earlier chunks publish to the ring's last entry, which decode resets before use.
+            v["step"][0] = 0 if i == len(starts) - 1 else s.ring_len - 1
             if sampling:
                 v["sample"][0] = sample_ops.pack_params([params.device_row(0, seed)])[0]
             if i == len(starts) - 1:

@@ -100,6 +100,7 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
 
         prof = profile_decode(llm, context=prompt_len, copy_gbps=copy_gbps, gen_tokens=128)
         print(format_table(prof), flush=True)
+        Path(profile_dir).mkdir(parents=True, exist_ok=True)
         Path(profile_dir, f"profile_{name}.json").write_text(json.dumps(prof, indent=1, default=str))
         Path(profile_dir, f"trace_{name}.json").write_text(chrome_trace(prof))
         res["profile_graph_step_gpu_us"] = prof["graph_step_gpu_us"]

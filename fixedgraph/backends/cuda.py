@@ -181,6 +181,7 @@ class CudaGraph:
         # The graph owns its own packed ops so patching it never changes the eager program.
         self.bound = Bound(bound.program, list(bound.ops), bound.resolve)
         self.ops = device._oplist(self.bound)
+        self.bound.oplist = self.ops  # device.run(graph.bound) runs the graph's ops eagerly
         self.exe = device._graphmod.GraphExec(self.ops, device.ctx, device.stream, device.use_pdl)
         self.num_nodes = self.exe.num_nodes
         self.num_programmatic = self.exe.num_programmatic

@@ -22,3 +22,9 @@ def test_graph_replay_bitwise_equals_eager(cuda, tmp_path, rng):
 def test_decode_across_context_buckets(cuda, tmp_path, rng):
     # keys 101..160 cross the 128-key bucket, where the runner switches to a graph with more splits
     check_teacher_forced("qwen3-0.6b", "cuda", tmp_path, rng, prompt_len=100, n_new=60, chunk=64)
+
+
+def test_greedy_after_many_prefill_chunks(cuda, tmp_path, rng):
+    # 13 chunks, the last one partial: earlier chunks are still in flight when the last is
+    # launched, so a token published by any of them where the host waits would be caught here
+    check_greedy("tiny-qwen3", "cuda", tmp_path, rng, prompt_len=200, n_new=16, chunk=16)

@@ -150,3 +150,26 @@ def test_host_step_stats_cover_every_decode_step(tiny, rng, monkeypatch):
     recorded = sorted(x * 1e6 for x in r.host_step_hist[:4])
     assert st["max_us"] == recorded[-1] and st["median_us"] == (recorded[1] + recorded[2]) / 2
     assert st["mean_us"] == r.host_step_s / 8 * 1e6
+
+
+def test_only_the_last_prefill_chunk_publishes_where_the_host_waits(tiny, rng, monkeypatch):
+    # Every prefill pass ends in the head, which writes its token to ring[step]. An earlier chunk
+    # still in flight on the GPU must not write ring[0], the entry the host resets and then
+    # waits on for the prompt's token (it handed back a wrong token and decode then rewrote the
+    # staging slots under the last chunk: a fault from 6 chunks up on the H200).
+    r = tiny.runner
+    steps = []
+    orig = r._launch
+
+    def record(graph):
+        if graph in r.graphs.prefill.values():
+            T = next(t for (t, _), g in r.graphs.prefill.items() if g is graph)
+            steps.append(int(tiny.model.prefill_meta[T].views(r._next_slot())["step"][0]))
+        orig(graph)
+
+    monkeypatch.setattr(r, "_launch", record)
+    prompt = rng.integers(0, 1000, size=80).tolist()  # 3 chunks of at most 32
+    tiny.generate([prompt], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    ring_len = tiny.model.sizes.ring_len
+    assert len(steps) == 3 and steps[-1] == 0, steps
+    assert all(s % ring_len != 0 for s in steps[:-1]), steps
