@@ -23,7 +23,7 @@ PREFILL_ROWS_PER_CTA = 64  # (token, query head) rows per CTA
 DECODE_TILE_KEYS = 64  # keys per K/V tile of the tensor-core decode body (D <= 128)
 DECODE_STAGES = 2  # K/V tiles in flight per CTA
 MAX_SPLITS = 32
-MIN_KEYS_PER_SPLIT = 128  # two tiles: at short contexts fewer splits beat more CTAs (A/B: 0.6B -5%)
+MIN_KEYS_PER_SPLIT = 64  # one tile: at short contexts fewer splits beat more CTAs (A/B: 32, 64, 128, 256 keys)
 SCRATCH_O = "attn_split_o"  # [rows, Hq, num_splits, D] f32: per-split normalised outputs
 SCRATCH_ML = "attn_split_ml"  # [rows, Hq, num_splits, 2] f32: per-split (max score ln, sum exp)
 SCRATCH_COUNT = "attn_split_count"  # [rows, Hkv] u32: split arrivals, 0 at rest
