@@ -42,6 +42,7 @@ _POLL_MAX_S = 0.1  # the longest: a fault never goes unnoticed for longer
 class Graphs:
     decode: dict[tuple[int, int, bool], object]  # (width, context bucket, sampling) -> graph
     prefill: dict[tuple[int, bool], object]  # (chunk bucket, sampling) -> graph
+    prefill_body: object  # a full chunk before the prompt's last: K/V only, no head (see _prefill)
 
 
 class Runner:
@@ -106,7 +107,9 @@ class Runner:
             for sampling in (False, True):
                 bound = self.device.bind(self.model.prefill_program(t, sampling), self.arena, host)
                 pre[(t, sampling)] = self.device.graph(bound)
-        return Graphs(dec, pre)
+        C = self.model.sizes.chunk_buckets[-1]
+        body = self.device.graph(self.device.bind(self.model.prefill_program(C, False, head=False), self.arena, host))
+        return Graphs(dec, pre, body)
 
     # ---- one pass ------------------------------------------------------------------------
 
@@ -281,17 +284,19 @@ class Runner:
             v["seq_len"][:] = 0
             v["block_table"][0, : len(table)] = table
             v["last_row"][0] = len(chunk) - 1
-            # Every pass ends in the head, which publishes its token to ring[step]. Only the last
-            # chunk's may land where the host waits (ring[0]): an earlier chunk still in flight
-            # would otherwise overwrite the sentinel set below and hand back its own token while
-            # the last chunk runs, and decode would rewrite the staging slots under it. The
-            # earlier chunks publish to the ring's last entry, which decode resets before use.
-            v["step"][0] = 0 if i == len(starts) - 1 else s.ring_len - 1
+            v["step"][0] = 0
             if sampling:
                 v["sample"][0] = sample_ops.pack_params([params.device_row(0, seed)])[0]
+            # Only the last chunk runs the head, which publishes the token to ring[0]: a chunk
+            # before it, still in flight when the host resets ring[0] below, must publish nothing
+            # there (it would hand back its own token while the last chunk runs, and decode would
+            # rewrite the staging slots under it), and its logits would be thrown away anyway.
             if i == len(starts) - 1:
                 self.ring_i32[0] = _SENTINEL
-            self._launch(self.graphs.prefill[(T, sampling)])
+                self._launch(self.graphs.prefill[(T, sampling)])
+            else:
+                assert T == C, (T, C)  # chunks before the last are full
+                self._launch(self.graphs.prefill_body)
         return self._wait_token(0)
 
     def _set_seen(self, prompt: list[int]) -> None:

@@ -276,16 +276,19 @@ class DenseDecoder:
         self._pick(prog, width, mref, sampling)
         return prog
 
-    def prefill_program(self, chunk: int, sampling: bool) -> Program:
+    def prefill_program(self, chunk: int, sampling: bool, head: bool = True) -> Program:
         """One prefill chunk of up to ``chunk`` tokens of one sequence (padding rows have slot -1),
-        ending with the first generated token written to row 0 of ``tokens`` and the ring."""
+        ending with the first generated token written to row 0 of ``tokens`` and the ring.
+        ``head=False``: a chunk before the prompt's last, which only writes its K/V (no final
+        norm, lm_head or pick: nothing published; ``sampling`` is then ignored)."""
         layout, region = self.prefill_meta[chunk], f"meta.prefill.{chunk}"
         s = self.sizes
 
         def mref(name: str) -> Ref:
             return Ref(region, layout.offset(name))
 
-        prog = Program(f"prefill.t{chunk}.{'sample' if sampling else 'greedy'}")
+        kind = ('sample' if sampling else 'greedy') if head else 'body'
+        prog = Program(f"prefill.t{chunk}.{kind}")
         self._stage(prog, region, layout.nbytes)
         embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), mref("tokens"), chunk, self.H, self.V,
                                 label="embed")
@@ -297,6 +300,8 @@ class DenseDecoder:
                                         label=f"L{i}.attention")
 
         self._layers(prog, chunk, mref, attend)
+        if not head:
+            return prog
         embed_norm.add_rmsnorm(prog, Ref("hidden"), Ref("delta"), Ref("final_norm"), Ref("residual"), chunk,
                                self.H, self.cfg.rms_norm_eps, label="final_norm")
         meta_ops.gather_rows_bf16(prog, Ref("last"), Ref("residual"), mref("last_row"), 1, chunk, self.H,
