@@ -3,8 +3,8 @@
 # under compute-sanitizer memcheck, run the benchmarks. Logs and JSON go under $OUT; a short
 # table is printed last.
 #
-#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab ncu all
-#                                            (default all; ncu only when named)
+#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab long ncu all
+#                                            (default all; long and ncu only when named)
 #
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
@@ -12,6 +12,8 @@
 # AB_PROFILE=1: the first round also profiles each side (tables in ab_NAME_1.log).
 # AB_KERNELS="--only attention" (bench_kernels.py arguments): each round also runs the kernel
 # bench in every side (abk_NAME_ROUND.log/.json), e.g. for long-context attention.
+# long: the model bench at LONG_PROMPTS (default "4096 32768"), LONG_NEW new tokens (64), with
+# LONG_PEERS (torch_graph) and a profile per model (prof_longP/); only when named.
 # ncu: Nsight Compute stall samples per SASS instruction of the decode kernels as bench_kernels
 # launches them (0.6B GEMV shapes; attention at 4k and 32k keys), ranked by tools/ncu_stalls.py
 # into ncu_NAME.txt / .json (with ncu_NAME_details.txt: the sections' tables). NCU_CASES picks
@@ -92,6 +94,16 @@ if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
         note "ab kernels $name round $r rc=$?: $(grep -E 'attention|gemv' "$OUT/abk_${name}_$r.log" | tail -4 | tr -s ' ' | tr '\n' ';')"
       fi
     done
+  done
+fi
+if [[ " $stages " == *" long "* ]]; then
+  # long contexts (only when named): the batch-1 bench at LONG_PROMPTS with a profile (attention's
+  # in-graph share at 4k-32k keys) and the static-KV CUDA-graph peer in the same run
+  for p in ${LONG_PROMPTS:-4096 32768}; do
+    timeout ${LONG_TIMEOUT:-240} python3 tools/bench.py --models ${LONG_MODELS:-qwen3-0.6b,qwen3-8b} --prompt "$p" \
+      --new ${LONG_NEW:-64} --peers ${LONG_PEERS:-torch_graph} --profile-dir "$OUT/prof_long$p" \
+      --json "$OUT/bench_long$p.json" > "$OUT/bench_long$p.log" 2>&1
+    note "bench long $p rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f}\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/bench_long$p.json" 2>&1 | tail -1)"
   done
 fi
 if [[ " $stages " == *" ncu "* ]]; then
