@@ -322,6 +322,9 @@ SPLIT_DECODE_CASES = {
 }
 SPLIT_DECODE_CASES["attention_decode_split_r4_s5_h16kv4_d256"] = (4, 5, 16, 4, 256)
 SPLIT_DECODE_CASES["attention_decode_split_r4_s16_h8kv2_d64"] = (4, 16, 8, 2, 64)
+# the merge stages partials in shared memory: G = 8 at D = 64 and G = 5 at D = 96 take two chunks
+SPLIT_DECODE_CASES["attention_decode_split_r3_s32_h64kv8_d64"] = (3, 32, 64, 8, 64)
+SPLIT_DECODE_CASES["attention_decode_split_r3_s32_h40kv8_d96"] = (3, 32, 40, 8, 96)
 
 # name -> (rows, block_size, Hq, Hkv, D, num_splits, qk_norm, seq_len per row, row with slot -1)
 ROPE_CASES = {
