@@ -175,3 +175,30 @@ def test_only_the_last_prefill_chunk_publishes_a_token(tiny, rng, monkeypatch):
     assert not {"final_norm", "lm_head", "argmax", "sample"} & set(labels), labels
     assert "final_norm" in [op.op.label for op in r.graphs.prefill[(32, False)].bound.ops]
     assert ref == tiny.generate([prompt], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))[0].token_ids
+
+
+def test_lagging_device_gives_the_same_tokens(rng, monkeypatch):
+    # The reference device's lagging mode queues passes like a GPU stream and runs them only as
+    # the host queries or synchronises, while the host's writes to mapped memory land at once:
+    # prefill chunks and decode steps in flight see exactly what the host does meanwhile. Eight
+    # chunks (the runner drains every five) and three decode steps queued ahead must give the
+    # tokens of the immediate device (the old runner took an earlier chunk's token here).
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from fixedgraph.models.config import ModelConfig
+    from fixedgraph.testing.checkpoints import random_model
+    from fixedgraph.weights.state_dict_source import StateDictSource
+
+    hf = random_model("tiny-qwen3", 5, dtype="bfloat16")
+    cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
+    prompt = rng.integers(0, cfg.vocab_size, size=120).tolist()
+    outs = []
+    for lag in ("0", "1"):
+        monkeypatch.setenv("FIXEDGRAPH_REFERENCE_LAG", lag)
+        llm = LLM(weights=(StateDictSource(hf.state_dict()), cfg), backend="reference", max_model_len=160,
+                  prefill_chunk=16, progress=False)
+        assert llm.device.lag == (lag == "1")
+        outs.append([llm.generate([prompt], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0].token_ids,
+                     llm.generate([prompt], SamplingParams(temperature=0.8, top_k=20, seed=3, max_tokens=12,
+                                                           ignore_eos=True))[0].token_ids])
+    assert outs[0] == outs[1], outs

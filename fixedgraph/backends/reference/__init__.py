@@ -2,8 +2,20 @@
 
 It has the CUDA backend's interface (arenas, host buffers, eager and checked runs, graphs that
 record and replay, node patching) so that every layer above runs unchanged without a GPU.
+
+Lagging mode (``ReferenceDevice(lag=True)``, or ``FIXEDGRAPH_REFERENCE_LAG=1`` for the engine):
+graph launches queue up like a GPU's stream instead of running when made. ``idle()`` runs one
+queued pass per call and says whether the queue is empty, ``synchronize()`` runs them all, and
+an eager run runs what is queued first, as stream order would. Nothing else is ordered with the
+queue, as on the GPU, where the runner's stream does not block on the legacy stream's
+cuMemcpy/cuMemset: arena writes and mapped host memory (staging slots, the token ring) change at
+once, and a queued pass reads them when it runs, so races between the host and passes in flight
+show on a CPU.
 """
 from __future__ import annotations
+
+import os
+from collections import deque
 
 import numpy as np
 
@@ -20,10 +32,20 @@ from fixedgraph.program import Program
 class ReferenceDevice:
     kind = "reference"
 
-    def __init__(self) -> None:
+    def __init__(self, lag: bool | None = None) -> None:
         self.mem = RefMemory()
         self.twins = _twins.load_all()
         self._cluster_twins = {name for name, fn in self.twins.items() if _twins.takes_cluster(fn)}
+        self.lag = os.environ.get("FIXEDGRAPH_REFERENCE_LAG", "0") == "1" if lag is None else bool(lag)
+        self._queue: deque = deque()  # lagging mode: launched passes not yet run (op lists)
+
+    def _run_queued(self, n: int | None = None) -> None:
+        """Run ``n`` queued passes (all when None), oldest first."""
+        while self._queue and (n is None or n > 0):
+            ops = self._queue.popleft()
+            for i, op in enumerate(ops):
+                self._run_op(i, op)
+            n = None if n is None else n - 1
 
     def properties(self) -> dict:
         return {"name": "reference (numpy)", "sm_count": 1, "total_memory": 0, "cc_major": 0, "cc_minor": 0}
@@ -53,10 +75,12 @@ class ReferenceDevice:
         return Arena(self, plan)
 
     def synchronize(self) -> None:
-        pass
+        self._run_queued()
 
     def idle(self) -> bool:
-        return True  # launches run to completion when they are made
+        if self._queue:  # lagging mode: the stream makes one pass of progress per query
+            self._run_queued(1)
+        return not self._queue
 
     # programs
     def bind(self, program: Program, arena: Arena, host=None, staging=None) -> Bound:
@@ -85,6 +109,7 @@ class ReferenceDevice:
 
     def run(self, bound: Bound, checked: bool = False) -> None:
         """Run every op in order (the reference backend is always 'checked')."""
+        self._run_queued()
         for i, op in enumerate(bound.ops):
             self._run_op(i, op)
 
@@ -101,6 +126,9 @@ class ReferenceGraph:
         self.num_nodes = len(self.bound.ops)
 
     def launch(self) -> None:
+        if self.device.lag:  # queued with the ops as they are now (a later patch is not seen)
+            self.device._queue.append(list(self.bound.ops))
+            return
         for i, op in enumerate(self.bound.ops):
             self.device._run_op(i, op)
 
