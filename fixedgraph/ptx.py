@@ -5,6 +5,8 @@ offset of every ``.param``), so the .cu source, the PTX and the packer cannot di
 """
 from __future__ import annotations
 
+import os
+
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -97,9 +99,12 @@ def parse_ptx(text: str, source: str = "<ptx>") -> dict[str, Entry]:
 
 
 def ptx_dirs() -> list[Path]:
-    """Where committed PTX lives: inside an installed package, or the repo's ptx/ (editable)."""
+    """Where committed PTX lives: inside an installed package, or the repo's ptx/ (editable).
+    ``FIXEDGRAPH_PTX_DIR`` comes first when set (e.g. the timeline-traced modules of
+    ``tools/build_ptx.py --trace DIR``); read once, on the first lookup."""
     here = Path(__file__).resolve().parent
-    return [d for d in (here / "ptx", here.parent / "ptx") if d.is_dir()]
+    first = [Path(os.environ["FIXEDGRAPH_PTX_DIR"])] if os.environ.get("FIXEDGRAPH_PTX_DIR") else []
+    return [d for d in (*first, here / "ptx", here.parent / "ptx") if d.is_dir()]
 
 
 @lru_cache(maxsize=None)

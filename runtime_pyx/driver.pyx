@@ -144,6 +144,19 @@ def module_function(size_t mod, str name):
     return <size_t>f
 
 
+def module_global(size_t mod, str name):
+    """(device address, bytes) of a module's __device__ variable ``name``; None when the module
+    has none of that name (cuModuleGetGlobal: CUDA_ERROR_NOT_FOUND)."""
+    cdef cydriver.CUdeviceptr ptr = 0
+    cdef size_t nbytes = 0
+    cdef bytes b = name.encode()
+    cdef CUresult r = cydriver.cuModuleGetGlobal(&ptr, &nbytes, <cydriver.CUmodule>mod, b)
+    if r == cydriver.CUDA_ERROR_NOT_FOUND:
+        return None
+    check(r, f"cuModuleGetGlobal({name})")
+    return (<size_t>ptr, nbytes)
+
+
 def function_attributes(size_t f):
     cdef int v = 0
     out = {}

@@ -4,6 +4,8 @@
     python tools/build_ptx.py            # rebuild every module
     python tools/build_ptx.py --check    # fail if a committed .ptx differs from a rebuild
     python tools/build_ptx.py gemv       # rebuild one module
+    python tools/build_ptx.py --trace DIR   # timeline-traced modules (-DFG_TRACE) into DIR, for
+                                            # FIXEDGRAPH_PTX_DIR=DIR (tools/timeline.py)
 
 One module per .cu file (headers are *.cuh). Output is deterministic for a given nvcc: no line
 info, no file paths, and a first line naming the nvcc release and flags so a reader knows how
@@ -33,10 +35,10 @@ def nvcc_release(nvcc: str) -> str:
     return m.group(1) if m else "unknown"
 
 
-def compile_one(nvcc: str, cu: Path, release: str) -> str:
+def compile_one(nvcc: str, cu: Path, release: str, extra: tuple[str, ...] = ()) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         dst = Path(tmp) / (cu.stem + ".ptx")
-        cmd = [nvcc, *FLAGS, f"-I{SRC}", str(cu), "-o", str(dst)]
+        cmd = [nvcc, *FLAGS, *extra, f"-I{SRC}", str(cu), "-o", str(dst)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"nvcc failed on {cu.relative_to(ROOT)}:\n{proc.stderr}")
@@ -44,7 +46,7 @@ def compile_one(nvcc: str, cu: Path, release: str) -> str:
     m = re.search(r"^\.version (\d+)\.(\d+)", text, re.M)
     if not m or (int(m.group(1)), int(m.group(2))) > MAX_PTX_ISA:
         sys.exit(f"{cu.name}: PTX ISA {m.group(0) if m else '?'} is newer than {MAX_PTX_ISA}: driver 580 rejects it")
-    header = f"// fixedgraph: {cu.relative_to(ROOT)} built by tools/build_ptx.py with nvcc {release} {' '.join(FLAGS)}\n"
+    header = f"// fixedgraph: {cu.relative_to(ROOT)} built by tools/build_ptx.py with nvcc {release} {' '.join([*FLAGS, *extra])}\n"
     return header + text
 
 
@@ -53,7 +55,10 @@ def main() -> int:
     ap.add_argument("modules", nargs="*", help="module names (default: all)")
     ap.add_argument("--check", action="store_true", help="compare with the committed PTX instead of writing")
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "nvcc")
+    ap.add_argument("--trace", metavar="DIR", help="build with -DFG_TRACE (timeline records) into DIR instead")
     args = ap.parse_args()
+    if args.trace and args.check:
+        sys.exit("--trace and --check do not combine")
     release = nvcc_release(args.nvcc)
     sources = sorted(SRC.glob("*.cu"))
     if args.modules:
@@ -62,15 +67,17 @@ def main() -> int:
         if missing:
             sys.exit(f"no ptx/src/{{{','.join(sorted(missing))}}}.cu")
     stale = []
+    out_dir = Path(args.trace) if args.trace else OUT
+    out_dir.mkdir(parents=True, exist_ok=True)
     for cu in sources:
-        text = compile_one(args.nvcc, cu, release)
-        dst = OUT / (cu.stem + ".ptx")
+        text = compile_one(args.nvcc, cu, release, ("-DFG_TRACE",) if args.trace else ())
+        dst = out_dir / (cu.stem + ".ptx")
         if args.check:
             if not dst.exists() or dst.read_text() != text:
                 stale.append(dst.relative_to(ROOT))
         else:
             dst.write_text(text)
-            print(f"wrote {dst.relative_to(ROOT)} ({len(text):,} bytes)")
+            print(f"wrote {dst} ({len(text):,} bytes)")
     if args.check:
         known = {s.stem for s in SRC.glob("*.cu")}
         orphans = [p.relative_to(ROOT) for p in OUT.glob("*.ptx") if p.stem not in known]

@@ -3,8 +3,8 @@
 # under compute-sanitizer memcheck, run the benchmarks. Logs and JSON go under $OUT; a short
 # table is printed last.
 #
-#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab long ncu all
-#                                            (default all; long and ncu only when named)
+#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab long timeline ncu
+#                                            all (default all; long, timeline, ncu only when named)
 #
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
@@ -14,6 +14,8 @@
 # bench in every side (abk_NAME_ROUND.log/.json), e.g. for long-context attention.
 # long: the model bench at LONG_PROMPTS (default "4096 32768"), LONG_NEW new tokens (64), with
 # LONG_PEERS (torch_graph) and a profile per model (prof_longP/); only when named.
+# timeline: tools/timeline.py (TIMELINE_MODELS, TIMELINE_CONTEXT): when each launch's CTAs became
+# resident, passed their PDL wait and exited, per SM, from kernels rebuilt with tracing.
 # ncu: Nsight Compute stall samples per SASS instruction of the decode kernels as bench_kernels
 # launches them (0.6B GEMV shapes; attention at 4k and 32k keys), ranked by tools/ncu_stalls.py
 # into ncu_NAME.txt / .json (with ncu_NAME_details.txt: the sections' tables). NCU_CASES picks
@@ -105,6 +107,13 @@ if [[ " $stages " == *" long "* ]]; then
       --json "$OUT/bench_long$p.json" > "$OUT/bench_long$p.log" 2>&1
     note "bench long $p rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f}\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/bench_long$p.json" 2>&1 | tail -1)"
   done
+fi
+if [[ " $stages " == *" timeline "* ]]; then
+  # per-CTA timeline of one decode replay with the kernels rebuilt traced (only when named)
+  timeout ${TIMELINE_TIMEOUT:-300} python3 tools/timeline.py --models ${TIMELINE_MODELS:-qwen3-0.6b,qwen3-8b} \
+    --context ${TIMELINE_CONTEXT:-128} --out "$OUT/timeline" > "$OUT/timeline.log" 2>&1
+  note "timeline rc=$?"
+  grep -v '^ ' "$OUT/timeline.log" | tail -30
 fi
 if [[ " $stages " == *" ncu "* ]]; then
   # name : kernel-name regex : bench_kernels arguments

@@ -13,7 +13,7 @@ import numpy as np
 from fixedgraph import ptx as ptxmod
 from fixedgraph.backends.base import (Arena, Bound, BoundLaunch, HostBuffer, LaunchFault,
                                       bind, describe_launch)
-from fixedgraph.errors import CudaError, LaunchConfigError
+from fixedgraph.errors import CudaError, FixedGraphError, LaunchConfigError
 from fixedgraph.layout import ArenaPlan
 from fixedgraph.program import Program
 
@@ -161,6 +161,25 @@ class CudaDevice:
         op = bound.ops[i]
         where = describe_launch(i, op) if isinstance(op, BoundLaunch) else f"op {i} copy {op.op.label}"
         return LaunchFault(f"{where}: {exc.name} ({exc.code})")
+
+    def set_trace(self, buf: int, count: int, cap: int) -> int:
+        """Point every loaded module's timeline globals (timeline-traced PTX, see ptx/src/pdl.cuh)
+        at a record buffer and its u32 counter; buf = 0 turns recording off. Returns the modules
+        set; raises when a loaded module was built without tracing."""
+        untraced = []
+        for name, mod in self._modules.items():
+            g = {k: self.drv.module_global(mod, k) for k in ("fg_trace_buf", "fg_trace_count", "fg_trace_cap")}
+            if any(v is None for v in g.values()):
+                untraced.append(name)
+                continue
+            self.drv.memcpy_htod(g["fg_trace_buf"][0], np.array([buf], np.uint64).ctypes.data, 8)
+            self.drv.memcpy_htod(g["fg_trace_count"][0], np.array([count], np.uint64).ctypes.data, 8)
+            self.drv.memcpy_htod(g["fg_trace_cap"][0], np.array([cap], np.uint32).ctypes.data, 4)
+        if untraced:
+            raise FixedGraphError(f"modules {', '.join(sorted(untraced))} carry no timeline globals: build them "
+                                  "with `tools/build_ptx.py --trace DIR` and set FIXEDGRAPH_PTX_DIR=DIR before "
+                                  "the engine loads any kernel")
+        return len(self._modules)
 
     def run(self, bound: Bound, checked: bool = False) -> None:
         """Launch every op eagerly through the Cython loop; ``checked`` pins faults to an op."""

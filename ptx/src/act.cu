@@ -20,7 +20,7 @@ extern "C" __global__ void silu_mul(
     const bf16* __restrict__ gate_up,  // [rows, 2*I] bf16: gate in [:, :I], up in [:, I:]
     unsigned rows,                     // token rows
     unsigned I)                        // intermediate size
-{
+{ FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const unsigned col0 = blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned col_stride = gridDim.x * blockDim.x;

@@ -41,7 +41,7 @@ extern "C" __global__ void argmax_rows(
     const float* __restrict__ logits,     // [rows, V] f32
     unsigned rows,                        // token rows
     unsigned V)                           // vocabulary size
-{
+{ FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     __shared__ float warp_val[32];
     __shared__ int warp_idx[32];

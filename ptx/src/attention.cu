@@ -267,7 +267,7 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes() {
         bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *q,            \
         const bf16 *k_pool, const bf16 *v_pool, const int *block_table, const int *seq_len,     \
         unsigned rows, unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv,     \
-        unsigned D, unsigned num_splits, float scale) {                                         \
+        unsigned D, unsigned num_splits, float scale) { FG_KERNEL_BEGIN();                                         \
         FG_PDL_WAIT(); /* PDL: wait for the predecessor grid first */                           \
         if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0 ||               \
             ((SMEM) > 0 && dynamic_smem_bytes() < (unsigned)(SMEM)))                            \
@@ -312,7 +312,7 @@ DECODE_ENTRY(256, decode_scalar, 0)
             const unsigned *positions, const long long *slots, bf16 *k_pool, bf16 *v_pool,     \
             const int *block_table, const int *seq_len, unsigned rows, unsigned max_blocks,    \
             unsigned block_size, unsigned Hq, unsigned Hkv, unsigned D, unsigned num_splits,   \
-            float scale, float eps) {                                                          \
+            float scale, float eps) { FG_KERNEL_BEGIN();                                                          \
         auto al = [](const void *p) { return p == nullptr || aligned_to(p, 16); };             \
         if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0 ||               \
             dynamic_smem_bytes() < (unsigned)attn::decode_tc_smem(DIM) || !al(qkv) ||           \
@@ -337,7 +337,7 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention_combine(
     bf16 *out,              // [rows, Hq*D] bf16
     const float *o_part,    // [rows, Hq, num_splits, D] f32
     const float *ml_part,   // [rows, Hq, num_splits, 2] f32
-    unsigned rows, unsigned Hq, unsigned D, unsigned num_splits) {
+    unsigned rows, unsigned Hq, unsigned D, unsigned num_splits) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  /* PDL: wait for the predecessor grid before any global read */
     const size_t pairs = (size_t)rows * Hq;
     const size_t nctas = (size_t)gridDim.x * gridDim.y;
@@ -363,7 +363,7 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention_combine(
     extern "C" __global__ void __launch_bounds__(kPreThreads, 1) paged_attention_prefill_d##DIM(  \
         bf16 *out, const bf16 *q, const bf16 *k_pool, const bf16 *v_pool,                      \
         const int *block_table, const unsigned *positions, unsigned T, unsigned max_blocks,    \
-        unsigned block_size, unsigned Hq, unsigned Hkv, unsigned D, float scale) {             \
+        unsigned block_size, unsigned Hq, unsigned Hkv, unsigned D, float scale) { FG_KERNEL_BEGIN();             \
         FG_PDL_WAIT(); /* PDL: wait for the predecessor grid first */                           \
         if (D != DIM || blockDim.x != kPreThreads || Hkv == 0 || Hq % Hkv != 0) return;        \
         prefill_impl<DIM>(out, q, k_pool, v_pool, block_table, positions, T, max_blocks,       \

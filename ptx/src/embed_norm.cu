@@ -18,7 +18,7 @@ extern "C" __global__ void embed_gather(
     const int* __restrict__ tokens,    // [rows] i32 token ids
     unsigned H,                        // hidden size
     unsigned V)                        // vocabulary size (table rows)
-{
+{ FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const unsigned r = blockIdx.x;
     const int token = tokens[r];
@@ -132,7 +132,7 @@ extern "C" __global__ void add_rmsnorm(
     bf16* __restrict__ out,            // [rows, H] bf16 normed activations, written
     unsigned H,                        // hidden size
     float eps)                         // variance epsilon
-{
+{ FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     __shared__ float scratch[32];
     if ((blockDim.x & 31u) != 0) return;  // block_sum's full-mask shuffles need whole warps

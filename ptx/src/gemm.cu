@@ -178,7 +178,7 @@ gemm_bf16(bf16* __restrict__ out,         // [M, N] bf16
           const bf16* __restrict__ x,     // [M, K] bf16
           const bf16* __restrict__ W,     // [N, K] bf16 (PyTorch Linear layout)
           const bf16* __restrict__ bias,  // [N] bf16, or NULL
-          unsigned int M, unsigned int N, unsigned int K) {
+          unsigned int M, unsigned int N, unsigned int K) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  /* PDL: wait for the predecessor grid before any global read */
   gemm_entry<false>(out, x, W, bias, M, N, K);
 }
@@ -188,7 +188,7 @@ gemm_bf16_f32out(float* __restrict__ out,       // [M, N] f32
                  const bf16* __restrict__ x,     // [M, K] bf16
                  const bf16* __restrict__ W,     // [N, K] bf16
                  const bf16* __restrict__ bias,  // [N] bf16, or NULL
-                 unsigned int M, unsigned int N, unsigned int K) {
+                 unsigned int M, unsigned int N, unsigned int K) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  /* PDL: wait for the predecessor grid before any global read */
   gemm_entry<true>(out, x, W, bias, M, N, K);
 }

@@ -329,7 +329,7 @@ gemv_bf16(bf16* __restrict__ out,         // [rows, N] bf16
           const bf16* __restrict__ W,     // [N, K] bf16 (PyTorch Linear layout)
           const bf16* __restrict__ bias,  // [N] bf16, or NULL
           unsigned int rows, unsigned int N, unsigned int K,
-          unsigned int split) {  // warps per column tile (the k split), or 0: gemv_split
+          unsigned int split) { FG_KERNEL_BEGIN();  // warps per column tile (the k split), or 0: gemv_split
   gemv_entry<false>(out, x, W, bias, rows, N, K, split);
 }
 
@@ -339,7 +339,7 @@ gemv_bf16_f32out(float* __restrict__ out,       // [rows, N] f32 (logits)
                  const bf16* __restrict__ W,     // [N, K] bf16
                  const bf16* __restrict__ bias,  // [N] bf16, or NULL
                  unsigned int rows, unsigned int N, unsigned int K,
-          unsigned int split) {  // warps per column tile (the k split), or 0: gemv_split
+          unsigned int split) { FG_KERNEL_BEGIN();  // warps per column tile (the k split), or 0: gemv_split
   gemv_entry<true>(out, x, W, bias, rows, N, K, split);
 }
 
@@ -355,7 +355,7 @@ gemv_rmsnorm_bf16(bf16* __restrict__ out,             // [rows, N] bf16
                   const bf16* __restrict__ W,           // [N, K] bf16
                   const bf16* __restrict__ bias,        // [N] bf16, or NULL
                   unsigned int rows, unsigned int N, unsigned int K,
-          unsigned int split, float eps) {  // split: warps per column tile, or 0: gemv_split
+          unsigned int split, float eps) { FG_KERNEL_BEGIN();  // split: warps per column tile, or 0: gemv_split
   gemv_rmsnorm_entry<OUT_BF16>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
 }
 
@@ -368,7 +368,7 @@ gemv_rmsnorm_bf16_f32out(float* __restrict__ out,             // [rows, N] f32 (
                          const bf16* __restrict__ W,           // [N, K] bf16
                          const bf16* __restrict__ bias,        // [N] bf16, or NULL
                          unsigned int rows, unsigned int N, unsigned int K,
-          unsigned int split, float eps) {  // split: warps per column tile, or 0: gemv_split
+          unsigned int split, float eps) { FG_KERNEL_BEGIN();  // split: warps per column tile, or 0: gemv_split
   gemv_rmsnorm_entry<OUT_F32>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
 }
 
@@ -385,7 +385,7 @@ gemv_rmsnorm_silu_bf16(bf16* __restrict__ out,             // [rows, N/2] bf16 a
                        const bf16* __restrict__ W,           // [N, K] bf16: gate rows, then up rows
                        const bf16* __restrict__ bias,        // [N] bf16, or NULL
                        unsigned int rows, unsigned int N, unsigned int K,
-          unsigned int split, float eps) {  // split: warps per column tile, or 0: gemv_split
+          unsigned int split, float eps) { FG_KERNEL_BEGIN();  // split: warps per column tile, or 0: gemv_split
   if (N & 1u) return;  // gate and up need the same row count
   gemv_rmsnorm_entry<OUT_SILU>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
 }
@@ -398,7 +398,7 @@ gemv_silu_bf16(bf16* __restrict__ out,            // [rows, N] bf16
                const bf16* __restrict__ W,        // [N, K] bf16
                const bf16* __restrict__ bias,     // [N] bf16, or NULL
                unsigned int rows, unsigned int N, unsigned int K,
-          unsigned int split) {  // warps per column tile (the k split), or 0: gemv_split
+          unsigned int split) { FG_KERNEL_BEGIN();  // warps per column tile (the k split), or 0: gemv_split
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
   auto pro = [&]() { silu_prologue(gemv_xs, gate_up, rows, K); };
@@ -496,7 +496,7 @@ gemv_rmsnorm_argmax(float* __restrict__ logits,           // [rows, N] f32, writ
                     const bf16* __restrict__ norm_w,      // [K] bf16
                     const bf16* __restrict__ W,           // [N, K] bf16
                     const bf16* __restrict__ bias,        // [N] bf16, or NULL
-                    unsigned int rows, unsigned int N, unsigned int K, float eps) {
+                    unsigned int rows, unsigned int N, unsigned int K, float eps) { FG_KERNEL_BEGIN();
   __shared__ GemvShared sh;
   // 16-byte path only (the scalar one spills with the argmax state): the launcher refuses K % 8
   // != 0 and the model then runs gemv_rmsnorm_bf16_f32out + argmax_rows instead.

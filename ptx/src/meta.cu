@@ -24,7 +24,7 @@ __device__ __forceinline__ void copy_words(unsigned int* __restrict__ dst, const
 // (patched into the graph node per step); dst: the fixed metadata region.  [words] u32.
 // One CTA; reads go over PCIe once each, 16 bytes at a time when aligned.
 extern "C" __global__ void stage_meta(unsigned int* __restrict__ dst, const unsigned int* __restrict__ src,
-                                      unsigned int words) {
+                                      unsigned int words) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     copy_words(dst, src, words);
 }
@@ -33,7 +33,7 @@ extern "C" __global__ void stage_meta(unsigned int* __restrict__ dst, const unsi
 // metadata region, so a graph built for a padded chunk can select the last real row).
 // Grid (n), any block size.  An index outside [0, T) is clamped to 0 (never read out of bounds).
 extern "C" __global__ void gather_rows_bf16(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* __restrict__ in,
-                                            const int* __restrict__ idx, unsigned int T, unsigned int H) {
+                                            const int* __restrict__ idx, unsigned int T, unsigned int H) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const unsigned int j = blockIdx.x;
     int r = idx[j];
@@ -51,7 +51,7 @@ extern "C" __global__ void gather_rows_bf16(__nv_bfloat16* __restrict__ out, con
 // One CTA (the counter update must follow every read of this pass's slot).
 extern "C" __global__ void stage_meta_ring(unsigned int* __restrict__ dst, const unsigned int* __restrict__ staging,
                                            unsigned int* __restrict__ counter, unsigned int stride_words,
-                                           unsigned int num_slots, unsigned int words) {
+                                           unsigned int num_slots, unsigned int words) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  /* PDL: wait for the predecessor grid before any global read */
     const unsigned int c = *counter;
     copy_words(dst, staging + (size_t)(c % num_slots) * stride_words, words);

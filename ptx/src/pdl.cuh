@@ -10,9 +10,72 @@
 // their own wait. Signalling after the wait (not before) bounds the chain to two resident grids,
 // one running and its successor waiting; a grid is never starved of slots by waiters, since
 // its successor launches only after all of its own CTAs are running.
+//
+// Timeline tracing (builds with -DFG_TRACE only: `tools/build_ptx.py --trace DIR`; the committed
+// PTX has none of it). FG_KERNEL_BEGIN() opens every entry; each CTA then appends one record of
+// FG_TRACE_WORDS u64 to the buffer the host points fg_trace_buf at (module globals, set per
+// module): (entry-name hash << 32 | SM id, linear CTA index, %globaltimer at entry, after the
+// PDL wait (0: none), at the CTA's last thread's exit). fg_trace_count (u32, host-zeroed) numbers
+// the records; past fg_trace_cap they are dropped. The CTA syncs once at entry.
 #pragma once
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FG_PDL_WAIT() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#define FG_PDL_WAIT_RAW() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else
-#define FG_PDL_WAIT() do {} while (0)
+#define FG_PDL_WAIT_RAW() do {} while (0)
+#endif
+
+#ifdef FG_TRACE
+#define FG_TRACE_WORDS 5
+__device__ unsigned long long *fg_trace_buf;  // [fg_trace_cap][FG_TRACE_WORDS]
+__device__ unsigned int *fg_trace_count;      // records appended (shared by every module)
+__device__ unsigned int fg_trace_cap;
+
+__device__ __forceinline__ unsigned long long fg_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned long long *fg_trace_shared() {  // [t_wait, threads exited]
+    __shared__ unsigned long long s[2];
+    return s;
+}
+struct FgTraceScope {
+    unsigned long long t0;
+    unsigned int tag;
+    __device__ explicit FgTraceScope(const char *name) {
+        t0 = fg_globaltimer();
+        unsigned int h = 2166136261u;  // FNV-1a of the entry's name (the host hashes the same)
+        for (const char *c = name; *c; ++c) h = (h ^ (unsigned char)*c) * 16777619u;
+        tag = h;
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+            fg_trace_shared()[0] = 0ull;
+            fg_trace_shared()[1] = 0ull;
+        }
+        __syncthreads();
+    }
+    __device__ ~FgTraceScope() {
+        const unsigned long long n = (unsigned long long)blockDim.x * blockDim.y * blockDim.z;
+        if (atomicAdd(&fg_trace_shared()[1], 1ull) != n - 1 || fg_trace_buf == nullptr) return;
+        const unsigned long long t1 = fg_globaltimer();
+        const unsigned int i = atomicAdd(fg_trace_count, 1u);
+        if (i >= fg_trace_cap) return;
+        unsigned int sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        unsigned long long *r = fg_trace_buf + (size_t)i * FG_TRACE_WORDS;
+        r[0] = ((unsigned long long)tag << 32) | sm;
+        r[1] = blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+        r[2] = t0;
+        r[3] = *(volatile unsigned long long *)&fg_trace_shared()[0];
+        r[4] = t1;
+    }
+};
+#define FG_KERNEL_BEGIN() FgTraceScope fg_trace_scope_(__func__)
+#define FG_PDL_WAIT()                                                                           \
+    do {                                                                                        \
+        FG_PDL_WAIT_RAW();                                                                      \
+        if (fg_trace_shared()[0] == 0ull) fg_trace_shared()[0] = fg_globaltimer();              \
+    } while (0)
+#else
+#define FG_KERNEL_BEGIN() do {} while (0)
+#define FG_PDL_WAIT() FG_PDL_WAIT_RAW()
 #endif

@@ -96,7 +96,7 @@ extern "C" __global__ void qk_norm_rope_kv(
     bf16* __restrict__ k_pool,             // [num_blocks, block_size, Hkv, D] bf16
     bf16* __restrict__ v_pool,             // [num_blocks, block_size, Hkv, D] bf16
     unsigned rows, unsigned Hq, unsigned Hkv, unsigned D, float eps)
-{
+{ FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const unsigned half = D / 2;
     // A partial warp would make the full-mask shuffles undefined; an odd or too-wide head has

@@ -5,7 +5,7 @@
 
 // dst[i] = src[i] for i < n.  dst, src: [n] f32.  Grid-stride, any grid.
 extern "C" __global__ void copy_f32(float* __restrict__ dst, const float* __restrict__ src,
-                                    unsigned long long n) {
+                                    unsigned long long n) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x)
@@ -14,7 +14,7 @@ extern "C" __global__ void copy_f32(float* __restrict__ dst, const float* __rest
 
 // y[i] = a * x[i] + y[i] for i < n.  x, y: [n] f32.
 extern "C" __global__ void axpy_f32(float* __restrict__ y, const float* __restrict__ x, float a,
-                                    unsigned int n) {
+                                    unsigned int n) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         y[i] = fmaf(a, x[i], y[i]);
@@ -23,7 +23,7 @@ extern "C" __global__ void axpy_f32(float* __restrict__ y, const float* __restri
 // out[b] = sum of x[b*n : (b+1)*n] in f64 accumulation (one block per row b; blockDim = 256).
 // x: [rows, n] f32; out: [rows] f64.  Deterministic: fixed tree order, no atomics.
 extern "C" __global__ void reduce_rows_f64(double* __restrict__ out, const float* __restrict__ x,
-                                           unsigned int n) {
+                                           unsigned int n) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     __shared__ double partial[256];
     const float* row = x + (unsigned long long)blockIdx.x * n;
@@ -41,7 +41,7 @@ extern "C" __global__ void reduce_rows_f64(double* __restrict__ out, const float
 // Mixed-width scalar parameters: checks that the packer honours PTX offsets and alignment.
 // out: [6] f64 = (a, b, c, d, e, f) as doubles.
 extern "C" __global__ void scalars_probe(double* out, unsigned char a, short b, float c,
-                                         long long d, unsigned int e, double f) {
+                                         long long d, unsigned int e, double f) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         out[0] = a; out[1] = b; out[2] = c; out[3] = (double)d; out[4] = e; out[5] = f;
@@ -50,20 +50,20 @@ extern "C" __global__ void scalars_probe(double* out, unsigned char a, short b, 
 
 // Writes through a caller-chosen address: with a bad one it faults (the checked-mode test).
 // out[0] = value.
-extern "C" __global__ void store_u32(unsigned int* out, unsigned int value) {
+extern "C" __global__ void store_u32(unsigned int* out, unsigned int value) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = value;
 }
 
 // log[meta[0]] = meta[1]: proves that per-launch staging copies deliver each launch's metadata
 // even when many launches are queued before any completes.  meta: [2] u32; log: [n] u32.
-extern "C" __global__ void record_meta(unsigned int* log, const unsigned int* meta, unsigned int n) {
+extern "C" __global__ void record_meta(unsigned int* log, const unsigned int* meta, unsigned int n) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     if (blockIdx.x == 0 && threadIdx.x == 0 && meta[0] < n) log[meta[0]] = meta[1];
 }
 
 // Does nothing: the unit of launch-overhead and per-node graph measurements.
-extern "C" __global__ void noop() {
+extern "C" __global__ void noop() { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  /* PDL: wait for the predecessor grid */
 }
 
@@ -72,7 +72,7 @@ extern "C" __global__ void noop() {
 // out[b] = ctarank | nctarank << 8 (rank within the cluster, CTAs per cluster), and
 // out[nblocks + b] = the rank that CTA (ctarank + 1) % nctarank of the same cluster stored in its
 // shared memory, read through distributed shared memory.  out: [2 * nblocks] u32.
-extern "C" __global__ void cluster_probe(unsigned int* out) {
+extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before touching global memory
     __shared__ unsigned int rank_smem;
     unsigned int rank, nrank;

@@ -111,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_rows(
     unsigned* seen,                        // [rows, ceil(V/32)] u32 bitmask of ids in the sequence, or NULL
     unsigned rows,                         // rows to sample
     unsigned V)                            // vocabulary size
-{
+{ FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     __shared__ unsigned s_cnt[kBins];
     __shared__ unsigned long long s_mass[kBins];

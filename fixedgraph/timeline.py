@@ -1,0 +1,200 @@
+"""Per-CTA timelines of one graph replay, from timeline-traced kernels (host side, no GPU needed).
+
+Kernels built with ``tools/build_ptx.py --trace DIR`` append one record per CTA (see
+``ptx/src/pdl.cuh``): the entry's name hash, the SM, the CTA index and three ``%globaltimer``
+stamps (ns): at entry, after its PDL wait, at its last thread's exit. This module turns the
+records of one replay into per-launch facts the event timer cannot see: how long before its
+predecessor finished a launch's first CTAs were resident (the weight preload's window), how long
+after the predecessor's last CTA exited the first CTA passed its wait (the dependency's latency),
+how long the launch ran after that, and how its CTAs spread over the SMs.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+WORDS = 5  # u64 per record: tag << 32 | sm, cta, t_start, t_wait (0: none), t_end
+
+
+def fnv1a(name: str) -> int:
+    """The entry tag the traced kernels compute from their name."""
+    h = 2166136261
+    for b in name.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+@dataclass
+class LaunchTimes:
+    index: int  # op index in the program
+    label: str
+    entry: str
+    ctas: int
+    sms: int  # distinct SMs its CTAs ran on
+    start_first: float  # µs from the replay's first CTA start
+    start_last: float
+    wait_first: float | None  # first CTA past its PDL wait (None: the entry does not wait)
+    wait_last: float | None
+    end_first: float
+    end_last: float
+    early_us: float | None  # predecessor's last exit minus this launch's first start (> 0: resident early)
+    release_us: float | None  # first wait passed minus predecessor's last exit
+    after_wait_us: float | None  # this launch's last exit minus its first wait passed
+    step_us: float | None  # this launch's last exit minus the predecessor's
+
+
+def parse_records(raw: np.ndarray) -> np.ndarray:
+    """[n, WORDS] u64 -> structured array (tag, sm, cta, t0, tw, t1)."""
+    raw = np.asarray(raw, dtype=np.uint64).reshape(-1, WORDS)
+    out = np.zeros(len(raw), dtype=[("tag", "u4"), ("sm", "u4"), ("cta", "u8"), ("t0", "u8"), ("tw", "u8"),
+                                    ("t1", "u8")])
+    out["tag"] = (raw[:, 0] >> np.uint64(32)).astype(np.uint32)
+    out["sm"] = (raw[:, 0] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    out["cta"], out["t0"], out["tw"], out["t1"] = raw[:, 1], raw[:, 2], raw[:, 3], raw[:, 4]
+    return out
+
+
+def assign(records: np.ndarray, launches: list[tuple[int, str, str, int]]) -> list[np.ndarray]:
+    """Split one replay's records over its launches ``(index, label, entry, ctas)`` in program
+    order: a launch of an entry takes the next ``ctas`` records of that entry by start time (a
+    later launch of the same entry starts after every CTA of an earlier one has started, since
+    each kernel lets its successor launch only once all its CTAs run)."""
+    by_tag: dict[int, np.ndarray] = {}
+    for tag in np.unique(records["tag"]):
+        r = records[records["tag"] == tag]
+        by_tag[int(tag)] = r[np.argsort(r["t0"], kind="stable")]
+    taken: dict[int, int] = {}
+    out = []
+    for index, label, entry, ctas in launches:
+        tag = fnv1a(entry)
+        got = by_tag.get(tag, records[:0])
+        k = taken.get(tag, 0)
+        if k + ctas > len(got):
+            raise ValueError(f"op {index} ({label}, {entry}): {ctas} CTAs expected, {len(got) - k} records left "
+                             f"of that entry: the buffer dropped records or the replay was not the traced one")
+        out.append(got[k:k + ctas])
+        taken[tag] = k + ctas
+    extra = {t: len(r) - taken.get(t, 0) for t, r in by_tag.items() if len(r) != taken.get(t, 0)}
+    if extra:
+        raise ValueError(f"records of entries no launch accounts for (tag: count): {extra}")
+    return out
+
+
+def launch_times(records: np.ndarray, launches: list[tuple[int, str, str, int]]) -> list[LaunchTimes]:
+    parts = assign(records, launches)
+    origin = int(records["t0"].min()) if len(records) else 0
+
+    def us(t) -> float:
+        return (int(t) - origin) / 1e3
+
+    out: list[LaunchTimes] = []
+    for (index, label, entry, ctas), r in zip(launches, parts):
+        waits = r["tw"][r["tw"] > 0]
+        prev_end = out[-1].end_last if out else None
+        wf = us(waits.min()) if len(waits) else None
+        wl = us(waits.max()) if len(waits) else None
+        t = LaunchTimes(index, label, entry, ctas, len(np.unique(r["sm"])), us(r["t0"].min()), us(r["t0"].max()),
+                        wf, wl, us(r["t1"].min()), us(r["t1"].max()), None, None, None, None)
+        if prev_end is not None:
+            t.early_us = prev_end - t.start_first
+            t.release_us = None if wf is None else wf - prev_end
+            t.step_us = t.end_last - prev_end
+        t.after_wait_us = None if wf is None else t.end_last - wf
+        out.append(t)
+    return out
+
+
+def by_entry(times: list[LaunchTimes]) -> list[dict]:
+    """Means over the launches of each entry (the per-layer picture of a decode step)."""
+    rows = []
+    for entry in dict.fromkeys(t.entry for t in times):
+        ts = [t for t in times if t.entry == entry]
+
+        def mean(key):
+            v = [getattr(t, key) for t in ts if getattr(t, key) is not None]
+            return float(np.mean(v)) if v else None
+
+        rows.append({"entry": entry, "launches": len(ts), "ctas": ts[0].ctas, "sms": mean("sms"),
+                     "early_us": mean("early_us"), "release_us": mean("release_us"),
+                     "after_wait_us": mean("after_wait_us"), "step_us": mean("step_us")})
+    return rows
+
+
+def table(times: list[LaunchTimes]) -> str:
+    def f(v):
+        return "-" if v is None else f"{v:7.2f}"
+
+    lines = [f"{'entry':34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'early':>7s} {'release':>7s} {'after':>7s} "
+             f"{'step':>7s}   (µs per launch, means; early: resident before the predecessor's last CTA "
+             "exited; release: its first wait passed after that exit; after: run after that wait; step: "
+             "its last exit after the predecessor's)"]
+    for r in by_entry(times):
+        lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {f(r['early_us'])} "
+                     f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])}")
+    total = times[-1].end_last - times[0].start_first if times else 0.0
+    lines.append(f"replay span {total:.1f} µs over {len(times)} launches")
+    return "\n".join(lines)
+
+
+def chrome_trace(records: np.ndarray, launches: list[tuple[int, str, str, int]]) -> str:
+    """Perfetto / chrome://tracing JSON: one track per SM, one slice per CTA (named by its launch),
+    an instant mark where it passed its PDL wait."""
+    parts = assign(records, launches)
+    origin = int(records["t0"].min()) if len(records) else 0
+    events = []
+    for (index, label, entry, _), r in zip(launches, parts):
+        for rec in r:
+            ts = (int(rec["t0"]) - origin) / 1e3
+            events.append({"name": f"{index} {label}", "cat": entry, "ph": "X", "pid": 0, "tid": int(rec["sm"]),
+                           "ts": ts, "dur": (int(rec["t1"]) - int(rec["t0"])) / 1e3,
+                           "args": {"cta": int(rec["cta"]), "entry": entry}})
+            if rec["tw"]:
+                events.append({"name": "wait passed", "ph": "i", "s": "t", "pid": 0, "tid": int(rec["sm"]),
+                               "ts": (int(rec["tw"]) - origin) / 1e3})
+    meta = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": sm, "args": {"name": f"SM {sm}"}}
+            for sm in sorted({e["tid"] for e in events})]
+    return json.dumps({"traceEvents": meta + events, "displayTimeUnit": "ns"})
+
+
+def to_json(times: list[LaunchTimes]) -> list[dict]:
+    return [asdict(t) for t in times]
+
+
+def capture(llm, context: int = 128, warmup: int = 5, cap: int = 1 << 16) -> tuple[np.ndarray, list]:
+    """Replay the decode graph at ``context`` keys once with recording on, on an engine whose
+    kernels were loaded from timeline-traced PTX (FIXEDGRAPH_PTX_DIR). Returns (records,
+    launches) for ``launch_times`` / ``chrome_trace``."""
+    from fixedgraph.backends.base import BoundLaunch
+    from fixedgraph.backends.cuda import CudaGraph
+    from fixedgraph.profile import _eager_decode
+
+    dev, r = llm.device, llm.runner
+    seq, bound = _eager_decode(llm, context)
+    graph = CudaGraph(dev, bound)
+    buf = dev.alloc(cap * WORDS * 8 + 256)
+    count = buf + cap * WORDS * 8
+    try:
+        for _ in range(warmup):
+            graph.launch()
+        dev.synchronize()
+        dev.memset(count, 0, 8)
+        dev.set_trace(buf, count, cap)
+        graph.launch()
+        dev.synchronize()
+        dev.set_trace(0, count, 0)
+        n = int(np.frombuffer(dev.read(count, 4), dtype=np.uint32)[0])
+        if n > cap:
+            raise ValueError(f"{n} CTA records, the buffer holds {cap}: pass a larger cap")
+        raw = np.frombuffer(dev.read(buf, n * WORDS * 8), dtype=np.uint64)
+    finally:
+        dev.free(buf)
+        r.alloc.free(seq)
+        r.resync()
+    launches = []
+    for i, op in enumerate(bound.ops):
+        if isinstance(op, BoundLaunch):
+            g = op.op.grid
+            launches.append((i, op.op.label or op.entry.name, op.entry.name, int(g[0] * g[1] * g[2])))
+    return parse_records(raw), launches

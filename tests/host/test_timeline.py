@@ -1,0 +1,61 @@
+"""fixedgraph.timeline on synthetic CTA records, and the traced PTX build (tools/build_ptx.py --trace)."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixedgraph import timeline
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rec(entry, sm, cta, t0, tw, t1):
+    return [(timeline.fnv1a(entry) << 32) | sm, cta, t0, tw, t1]
+
+
+def test_fnv1a_matches_the_reference_values():
+    assert timeline.fnv1a("") == 0x811C9DC5 and timeline.fnv1a("a") == 0xE40C292C
+
+
+def test_launch_times_from_records():
+    # A (2 CTAs), B (3 CTAs, resident 500 ns before A's last exit), A again (2 CTAs); shuffled
+    rows = [_rec("A", 0, 0, 1000, 1100, 3000), _rec("A", 1, 1, 1200, 1300, 3500),
+            _rec("B", 2, 0, 3000, 4000, 6000), _rec("B", 0, 1, 3600, 4100, 6500), _rec("B", 1, 2, 3700, 4200, 6200),
+            _rec("A", 0, 0, 6400, 7000, 8000), _rec("A", 2, 1, 6450, 7100, 9000)]
+    raw = np.array([rows[i] for i in (4, 0, 6, 2, 1, 5, 3)], dtype=np.uint64)
+    launches = [(1, "a0", "A", 2), (2, "b", "B", 3), (3, "a1", "A", 2)]
+    times = timeline.launch_times(timeline.parse_records(raw), launches)
+    a0, b, a1 = times
+    assert (a0.start_first, a0.end_last, a0.wait_first, a0.sms) == (0.0, 2.5, 0.1, 2)
+    assert b.early_us == pytest.approx(0.5) and b.release_us == pytest.approx(0.5)
+    assert b.after_wait_us == pytest.approx(2.5) and b.step_us == pytest.approx(3.0)
+    assert a1.early_us == pytest.approx(0.1) and a1.release_us == pytest.approx(0.5) and a1.end_last == 8.0
+    rows_by_entry = {r["entry"]: r for r in timeline.by_entry(times)}
+    assert rows_by_entry["A"]["launches"] == 2 and rows_by_entry["B"]["ctas"] == 3
+    assert "replay span 8.0" in timeline.table(times)
+    trace = json.loads(timeline.chrome_trace(timeline.parse_records(raw), launches))
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == 7 and {e["tid"] for e in slices} == {0, 1, 2}
+
+
+def test_missing_or_extra_records_are_named():
+    raw = np.array([_rec("A", 0, 0, 1, 2, 3)], dtype=np.uint64)
+    with pytest.raises(ValueError, match="2 CTAs expected, 1 records left"):
+        timeline.launch_times(timeline.parse_records(raw), [(0, "a", "A", 2)])
+    raw = np.array([_rec("A", 0, 0, 1, 2, 3), _rec("C", 0, 0, 1, 2, 3)], dtype=np.uint64)
+    with pytest.raises(ValueError, match="no launch accounts for"):
+        timeline.launch_times(timeline.parse_records(raw), [(0, "a", "A", 1)])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: the traced PTX build needs it")
+def test_traced_build_carries_the_globals_and_the_committed_ptx_does_not(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "tools/build_ptx.py"), "--trace", str(tmp_path), "meta"], check=True,
+                   capture_output=True)
+    traced = (tmp_path / "meta.ptx").read_text()
+    assert "fg_trace_buf" in traced and "globaltimer" in traced and "-DFG_TRACE" in traced.splitlines()[0]
+    for p in (ROOT / "ptx").glob("*.ptx"):
+        assert "fg_trace_buf" not in p.read_text(), p

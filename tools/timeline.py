@@ -1,0 +1,64 @@
+"""Per-CTA timeline of one decode-graph replay (GPU): when each launch's CTAs became resident,
+passed their PDL wait and exited, per SM. Needs nvcc on the GPU machine: the kernels are rebuilt
+with tracing (tools/build_ptx.py --trace) into a scratch folder the engine then loads.
+
+    python3 tools/timeline.py [--models qwen3-0.6b,qwen3-8b] [--context 128] [--out DIR]
+
+Prints a table per model (means per entry) and writes timeline_MODEL.json (per launch) and
+timeline_trace_MODEL.json (Perfetto: one track per SM) into --out. The traced kernels sync once
+at entry and stamp %globaltimer three times per CTA: compare launches within a run, not against
+the untraced graph's times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="qwen3-0.6b")
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--out", default="timeline_out")
+    ap.add_argument("--ptx-dir", default="/tmp/fixedgraph_ptx_trace", help="where the traced PTX is built")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if not os.environ.get("FIXEDGRAPH_PTX_DIR"):  # before fixedgraph looks up any module
+        subprocess.run([sys.executable, str(ROOT / "tools" / "build_ptx.py"), "--trace", a.ptx_dir], check=True,
+                       stdout=subprocess.DEVNULL)
+        os.environ["FIXEDGRAPH_PTX_DIR"] = a.ptx_dir
+    sys.path.insert(0, str(ROOT))
+    from fixedgraph import timeline
+    from fixedgraph.engine import LLM
+    from fixedgraph.models.config import ModelConfig
+    from fixedgraph.testing.checkpoints import random_model
+    from fixedgraph.weights.state_dict_source import StateDictSource
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in a.models.split(","):
+        hf = random_model(name, a.seed, device="cuda", dtype="bfloat16")
+        cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
+        llm = LLM(weights=(StateDictSource(hf.state_dict(), name), cfg), backend="cuda",
+                  max_model_len=a.context + 64, prefill_chunk=256, progress=False)
+        del hf
+        records, launches = timeline.capture(llm, a.context)
+        times = timeline.launch_times(records, launches)
+        print(f"\n{name}, decode at context {a.context}, traced kernels ({len(records)} CTA records):")
+        print(timeline.table(times))
+        (out / f"timeline_{name}.json").write_text(json.dumps(
+            {"model": name, "context": a.context, "launches": timeline.to_json(times),
+             "by_entry": timeline.by_entry(times)}, indent=1))
+        (out / f"timeline_trace_{name}.json").write_text(timeline.chrome_trace(records, launches))
+        del llm
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
