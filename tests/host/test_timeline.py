@@ -57,5 +57,7 @@ def test_traced_build_carries_the_globals_and_the_committed_ptx_does_not(tmp_pat
                    capture_output=True)
     traced = (tmp_path / "meta.ptx").read_text()
     assert "fg_trace_buf" in traced and "globaltimer" in traced and "-DFG_TRACE" in traced.splitlines()[0]
+    # nvcc folds each entry's name hash into its record's first word: the host's hash must match
+    assert str(timeline.fnv1a("stage_meta_ring") << 32) in traced
     for p in (ROOT / "ptx").glob("*.ptx"):
         assert "fg_trace_buf" not in p.read_text(), p
