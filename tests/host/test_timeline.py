@@ -61,3 +61,15 @@ def test_traced_build_carries_the_globals_and_the_committed_ptx_does_not(tmp_pat
     assert str(timeline.fnv1a("stage_meta_ring") << 32) in traced
     for p in (ROOT / "ptx").glob("*.ptx"):
         assert "fg_trace_buf" not in p.read_text(), p
+
+
+def test_every_kernel_entry_opens_its_trace_scope():
+    # a new entry without FG_KERNEL_BEGIN() would leave its CTAs out of every timeline, and the
+    # timeline would then refuse the replay (its launches' records missing)
+    import re
+
+    for cu in sorted((ROOT / "ptx/src").glob("*.cu")):
+        text = cu.read_text()
+        for m in re.finditer(r'extern "C" __global__', text):
+            body = text[text.index("{", m.end()):][:40]
+            assert body.startswith("{ FG_KERNEL_BEGIN();"), f"{cu.name}: entry at offset {m.start()} lacks FG_KERNEL_BEGIN()"
