@@ -12,7 +12,7 @@ def test_long_prompt_graphs_equal_checked_eager(cuda, rng, prompt_len):
     # The graphs, with chunks and steps queued ahead, against the same programs run eagerly with a
     # synchronisation after every launch (FIXEDGRAPH_CHECKED's path): bitwise the same kernels,
     # so the tokens must match. Before 0a2e57b a chunk still in flight published its token where
-    # the host waited, and prompts of 6+ chunks faulted (CUDA_ERROR_ILLEGAL_ADDRESS).
+    # the host waited: wrong first tokens, and faults (CUDA_ERROR_ILLEGAL_ADDRESS) at 6000+ tokens.
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from fixedgraph.models.config import ModelConfig

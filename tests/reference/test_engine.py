@@ -156,7 +156,8 @@ def test_only_the_last_prefill_chunk_publishes_a_token(tiny, rng, monkeypatch):
     # Every prefill pass with a head writes its token to ring[step]. A chunk before the last, still
     # in flight on the GPU, must not write ring[0], the entry the host resets and then waits on
     # for the prompt's token (it handed back a wrong token and decode then rewrote the staging
-    # slots under the last chunk: a fault from 6 chunks up on the H200). Those chunks run the
+    # slots under the last chunk: faults on the H200 at 6000+ tokens; any prompt of 2+ chunks whose
+    # last chunk did not fall on the runner's drain was exposed). Those chunks run the
     # headless body program, which publishes nothing.
     r = tiny.runner
     launched = []
@@ -177,12 +178,13 @@ def test_only_the_last_prefill_chunk_publishes_a_token(tiny, rng, monkeypatch):
     assert ref == tiny.generate([prompt], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))[0].token_ids
 
 
-def test_lagging_device_gives_the_same_tokens(rng, monkeypatch):
+@pytest.mark.parametrize("prompt_len", [20, 120])  # 2 and 8 chunks of 16
+def test_lagging_device_gives_the_same_tokens(rng, monkeypatch, prompt_len):
     # The reference device's lagging mode queues passes like a GPU stream and runs them only as
     # the host queries or synchronises, while the host's writes to mapped memory land at once:
-    # prefill chunks and decode steps in flight see exactly what the host does meanwhile. Eight
-    # chunks (the runner drains every five) and three decode steps queued ahead must give the
-    # tokens of the immediate device (the old runner took an earlier chunk's token here).
+    # prefill chunks and decode steps in flight see exactly what the host does meanwhile. Two or
+    # eight chunks (the runner drains every five) and three decode steps queued ahead must give the
+    # tokens of the immediate device (the old runner took an earlier chunk's token and faulted).
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from fixedgraph.models.config import ModelConfig
@@ -191,7 +193,7 @@ def test_lagging_device_gives_the_same_tokens(rng, monkeypatch):
 
     hf = random_model("tiny-qwen3", 5, dtype="bfloat16")
     cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
-    prompt = rng.integers(0, cfg.vocab_size, size=120).tolist()
+    prompt = rng.integers(0, cfg.vocab_size, size=prompt_len).tolist()
     outs = []
     for lag in ("0", "1"):
         monkeypatch.setenv("FIXEDGRAPH_REFERENCE_LAG", lag)
