@@ -164,15 +164,15 @@ def to_json(times: list[LaunchTimes]) -> list[dict]:
 
 def capture(llm, context: int = 128, warmup: int = 5, cap: int = 1 << 16) -> tuple[np.ndarray, list]:
     """Replay the decode graph at ``context`` keys once with recording on, on an engine whose
-    kernels were loaded from timeline-traced PTX (FIXEDGRAPH_PTX_DIR). Returns (records,
-    launches) for ``launch_times`` / ``chrome_trace``."""
+    kernels were loaded from timeline-traced PTX (FIXEDGRAPH_PTX_DIR; the reference backend
+    writes synthetic records, for tests). Returns (records, launches) for ``launch_times`` /
+    ``chrome_trace``."""
     from fixedgraph.backends.base import BoundLaunch
-    from fixedgraph.backends.cuda import CudaGraph
     from fixedgraph.profile import _eager_decode
 
     dev, r = llm.device, llm.runner
     seq, bound = _eager_decode(llm, context)
-    graph = CudaGraph(dev, bound)
+    graph = dev.graph(bound)
     buf = dev.alloc(cap * WORDS * 8 + 256)
     count = buf + cap * WORDS * 8
     try:

@@ -38,6 +38,36 @@ class ReferenceDevice:
         self._cluster_twins = {name for name, fn in self.twins.items() if _twins.takes_cluster(fn)}
         self.lag = os.environ.get("FIXEDGRAPH_REFERENCE_LAG", "0") == "1" if lag is None else bool(lag)
         self._queue: deque = deque()  # lagging mode: launched passes not yet run (op lists)
+        self._trace: tuple[int, int, int] | None = None  # set_trace's (buffer, counter, capacity)
+        self._clock_ns = 0  # the synthetic timer of trace records
+
+    def set_trace(self, buf: int, count: int, cap: int) -> int:
+        """The CUDA backend's timeline recording (see fixedgraph.timeline), with synthetic times:
+        each launch takes 1 µs, its CTAs start 1 ns apart, pass their wait 100 ns later and end
+        at 900 ns. buf = 0 turns it off."""
+        self._trace = (buf, count, cap) if buf else None
+        return 1
+
+    def _record_ctas(self, op) -> None:
+        from fixedgraph.timeline import WORDS, fnv1a
+
+        buf, count, cap = self._trace
+        n = self.mem.view(count, np.uint32, 1)
+        g = op.op.grid
+        ctas = int(g[0] * g[1] * g[2])
+        t = self._clock_ns
+        rec = np.zeros((ctas, WORDS), dtype=np.uint64)
+        rec[:, 0] = np.uint64(fnv1a(op.entry.name) << 32)
+        rec[:, 1] = np.arange(ctas, dtype=np.uint64)
+        rec[:, 2] = t + np.arange(ctas, dtype=np.uint64)
+        rec[:, 3] = rec[:, 2] + np.uint64(100)
+        rec[:, 4] = np.uint64(t + 900 + ctas)
+        first = int(n[0])
+        keep = max(0, min(ctas, cap - first))
+        if keep:
+            self.mem.view(buf + first * WORDS * 8, np.uint64, keep * WORDS)[:] = rec[:keep].reshape(-1)
+        n[0] = first + ctas
+        self._clock_ns = t + 1000 + ctas
 
     def _run_queued(self, n: int | None = None) -> None:
         """Run ``n`` queued passes (all when None), oldest first."""
@@ -99,6 +129,8 @@ class ReferenceDevice:
             return
         # Floats as the kernel sees them (rounded to the parameter's width, from the packed bytes);
         # integers as the caller gave them, since PTX parameters carry no signedness.
+        if self._trace is not None:
+            self._record_ctas(op)
         unpacked = unpack_args(op.entry, op.packed)
         values = [u if isinstance(u, float) else v for u, v in zip(unpacked, op.values)]
         kw = {"cluster": op.op.cluster} if op.entry.name in self._cluster_twins else {}
