@@ -10,7 +10,6 @@ per case and exits 1 when any case failed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -25,20 +24,12 @@ sys.path.insert(0, str(ROOT))
 def one(model: str, prompt_len: int, n_new: int, seed: int, lookahead: int | None = None) -> dict:
     import numpy as np
 
-    from fixedgraph.engine import LLM
-    from fixedgraph.models.config import ModelConfig
     from fixedgraph.sampling import SamplingParams
-    from fixedgraph.testing.checkpoints import random_model
-    from fixedgraph.weights.state_dict_source import StateDictSource
+    from fixedgraph.testing.checkpoints import random_llm
 
-    hf = random_model(model, seed, device="cuda", dtype="bfloat16")
-    cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
-    need = prompt_len + n_new + 16
-    if cfg.max_position_embeddings < need:  # the small test configs: lift their position limit
-        cfg = dataclasses.replace(cfg, max_position_embeddings=need)
-    llm = LLM(weights=(StateDictSource(hf.state_dict(), model), cfg), backend="cuda", max_model_len=need,
-              prefill_chunk=256, progress=False, **({} if lookahead is None else {"lookahead": lookahead}))
-    prompt = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=prompt_len).tolist()
+    llm = random_llm(model, seed, "cuda", prompt_len + n_new + 16, lift_positions=True,
+                     **({} if lookahead is None else {"lookahead": lookahead}))
+    prompt = np.random.default_rng(seed).integers(0, llm.config.vocab_size, size=prompt_len).tolist()
     t = time.perf_counter()
     out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True))[0]
     return {"ok": True, "tokens": out.token_ids, "s": round(time.perf_counter() - t, 2),

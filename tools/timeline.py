@@ -35,19 +35,12 @@ def main() -> int:
         os.environ["FIXEDGRAPH_PTX_DIR"] = a.ptx_dir
     sys.path.insert(0, str(ROOT))
     from fixedgraph import timeline
-    from fixedgraph.engine import LLM
-    from fixedgraph.models.config import ModelConfig
-    from fixedgraph.testing.checkpoints import random_model
-    from fixedgraph.weights.state_dict_source import StateDictSource
+    from fixedgraph.testing.checkpoints import random_llm
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in a.models.split(","):
-        hf = random_model(name, a.seed, device="cuda", dtype="bfloat16")
-        cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
-        llm = LLM(weights=(StateDictSource(hf.state_dict(), name), cfg), backend="cuda",
-                  max_model_len=a.context + 64, prefill_chunk=256, progress=False)
-        del hf
+        llm = random_llm(name, a.seed, "cuda", a.context + 64)
         records, launches = timeline.capture(llm, a.context)
         times = timeline.launch_times(records, launches)
         print(f"\n{name}, decode at context {a.context}, traced kernels ({len(records)} CTA records):")

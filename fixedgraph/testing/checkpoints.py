@@ -82,6 +82,25 @@ def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "fl
     return model.to(getattr(torch, dtype)).eval()
 
 
+def random_llm(name: str, seed: int = 0, backend: str = "cuda", max_model_len: int = 256,
+               prefill_chunk: int = 256, lift_positions: bool = False, **llm_kwargs):
+    """An engine over ``random_model(name, seed)``'s bf16 weights, handed over in memory (no
+    checkpoint on disk). ``lift_positions``: raise the config's position limit to
+    ``max_model_len`` (the small test configs stop at 1024)."""
+    import dataclasses
+
+    from fixedgraph.engine import LLM
+    from fixedgraph.models.config import ModelConfig
+    from fixedgraph.weights.state_dict_source import StateDictSource
+
+    hf = random_model(name, seed, device="cuda" if backend == "cuda" else "cpu", dtype="bfloat16")
+    cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
+    if lift_positions and cfg.max_position_embeddings < max_model_len:
+        cfg = dataclasses.replace(cfg, max_position_embeddings=max_model_len)
+    return LLM(weights=(StateDictSource(hf.state_dict(), name), cfg), backend=backend, max_model_len=max_model_len,
+               prefill_chunk=prefill_chunk, progress=False, **llm_kwargs)
+
+
 def save_checkpoint(name: str, out_dir: str | Path, seed: int = 0) -> Path:
     """Write a random-weight bf16 safetensors checkpoint (config.json + model.safetensors)."""
     import torch

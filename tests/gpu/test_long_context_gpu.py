@@ -1,9 +1,6 @@
 """Long prompts on the H200: many prefill chunks in flight, the largest context buckets."""
-import dataclasses
-
 import pytest
 
-from fixedgraph.engine import LLM
 from fixedgraph.sampling import SamplingParams
 
 
@@ -15,17 +12,11 @@ def test_long_prompt_graphs_equal_checked_eager(cuda, rng, prompt_len):
     # the host waited: wrong first tokens, and faults (CUDA_ERROR_ILLEGAL_ADDRESS) at 6000+ tokens.
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from fixedgraph.models.config import ModelConfig
-    from fixedgraph.testing.checkpoints import random_model
-    from fixedgraph.weights.state_dict_source import StateDictSource
+    from fixedgraph.testing.checkpoints import random_llm
 
-    hf = random_model("tiny-qwen3", 3, device="cuda", dtype="bfloat16")
     n_new = 8
-    cfg = dataclasses.replace(ModelConfig.from_hf_dict(hf.config.to_dict()),
-                              max_position_embeddings=prompt_len + n_new + 8)
-    llm = LLM(weights=(StateDictSource(hf.state_dict()), cfg), backend="cuda", max_model_len=prompt_len + n_new + 8,
-              prefill_chunk=256, progress=False)
-    prompt = rng.integers(0, cfg.vocab_size, size=prompt_len).tolist()
+    llm = random_llm("tiny-qwen3", 3, "cuda", prompt_len + n_new + 8, lift_positions=True)
+    prompt = rng.integers(0, llm.config.vocab_size, size=prompt_len).tolist()
     params = SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True)
     graphs = llm.generate([prompt], params)[0].token_ids
     llm.runner.checked = True

@@ -187,18 +187,13 @@ def test_lagging_device_gives_the_same_tokens(rng, monkeypatch, prompt_len):
     # tokens of the immediate device (the old runner took an earlier chunk's token and faulted).
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from fixedgraph.models.config import ModelConfig
-    from fixedgraph.testing.checkpoints import random_model
-    from fixedgraph.weights.state_dict_source import StateDictSource
+    from fixedgraph.testing.checkpoints import hf_config, random_llm
 
-    hf = random_model("tiny-qwen3", 5, dtype="bfloat16")
-    cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
-    prompt = rng.integers(0, cfg.vocab_size, size=prompt_len).tolist()
+    prompt = rng.integers(0, hf_config("tiny-qwen3").vocab_size, size=prompt_len).tolist()
     outs = []
     for lag in ("0", "1"):
         monkeypatch.setenv("FIXEDGRAPH_REFERENCE_LAG", lag)
-        llm = LLM(weights=(StateDictSource(hf.state_dict()), cfg), backend="reference", max_model_len=160,
-                  prefill_chunk=16, progress=False)
+        llm = random_llm("tiny-qwen3", 5, "reference", 160, prefill_chunk=16)  # the same weights both times
         assert llm.device.lag == (lag == "1")
         outs.append([llm.generate([prompt], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0].token_ids,
                      llm.generate([prompt], SamplingParams(temperature=0.8, top_k=20, seed=3, max_tokens=12,

@@ -6,21 +6,15 @@ import pytest
 
 from fixedgraph import timeline
 from fixedgraph.backends.base import BoundLaunch
-from fixedgraph.engine import LLM
 from fixedgraph.sampling import SamplingParams
 
 
 def test_capture_accounts_for_every_launch_of_a_decode_step():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from fixedgraph.models.config import ModelConfig
-    from fixedgraph.testing.checkpoints import random_model
-    from fixedgraph.weights.state_dict_source import StateDictSource
+    from fixedgraph.testing.checkpoints import random_llm
 
-    hf = random_model("tiny-qwen3", 2, dtype="bfloat16")
-    cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
-    llm = LLM(weights=(StateDictSource(hf.state_dict()), cfg), backend="reference", max_model_len=128,
-              prefill_chunk=32, progress=False)
+    llm = random_llm("tiny-qwen3", 2, "reference", 128, prefill_chunk=32)
     records, launches = timeline.capture(llm, context=40, warmup=1)
     graph = llm.runner.decode_graph(41)
     kernels = [op for op in graph.bound.ops if isinstance(op, BoundLaunch)]
