@@ -6,7 +6,6 @@ offset of every ``.param``), so the .cu source, the PTX and the packer cannot di
 from __future__ import annotations
 
 import os
-
 import re
 from dataclasses import dataclass
 from functools import lru_cache
