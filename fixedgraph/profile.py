@@ -264,6 +264,7 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
         "gpu_idle_tpot_minus_replay_us": max(0.0, tpot_us - gen_graph_us),
         "host_us_per_step": host.get("mean_us", float("nan")),
         "host_us_per_step_median": host.get("median_us", float("nan")),
+        "host_launch_us_median": host.get("launch_median_us", float("nan")),  # of which the launch call
         "host_step_us": host,
         "bytes_per_step": total_bytes, "copy_GBps": copy_gbps,
         "floor_us": total_bytes / (copy_gbps * 1e3) if copy_gbps else None,
@@ -290,7 +291,8 @@ def format_table(res: dict, top: int = 25) -> str:
              f"tpot {res['tpot_us']:.1f} us vs graph {res.get('graph_step_gpu_us_mid_window', float('nan')):.1f} us "
              f"at context {res.get('mid_window_context', '?')}: idle between steps "
              f"{res['gpu_idle_between_steps_us']:.1f} us, host {res['host_us_per_step']:.1f} us/step "
-             f"(median {res.get('host_us_per_step_median', float('nan')):.1f}), "
+             f"(median {res.get('host_us_per_step_median', float('nan')):.1f}, of which the launch call "
+             f"{res.get('host_launch_us_median', float('nan')):.1f}), "
              f"{res['launches_per_step']} launches"]
     sg = res.get("step_gaps") or {}
     if sg.get("steps"):

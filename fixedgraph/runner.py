@@ -76,6 +76,9 @@ class Runner:
         # The last HOST_STEP_HISTORY of those times, each (seconds), for their median: the mean
         # also carries the OS's interruptions of this thread. Preallocated: no allocation per step.
         self.host_step_hist = array("d", bytes(8 * HOST_STEP_HISTORY))
+        # ... and the part of each spent in the launch call itself (cuGraphLaunch on the GPU),
+        # which can block on the driver's queue: the rest is the runner's own Python.
+        self.host_launch_hist = array("d", bytes(8 * HOST_STEP_HISTORY))
         # Profiling hook: called as hook(step, False) just before a decode step's graph is
         # enqueued and hook(step, True) just after (the profiler records CUDA events there, to
         # time the GPU's gaps between steps). None on the normal path: one test per step.
@@ -92,8 +95,10 @@ class Runner:
         if n == 0:
             return {}
         xs = sorted(self.host_step_hist[i] * 1e6 for i in range(n))
+        ls = sorted(self.host_launch_hist[i] * 1e6 for i in range(n))
         return {"steps": self.host_steps, "mean_us": self.host_step_s / self.host_steps * 1e6,
-                "median_us": statistics.median(xs), "p90_us": xs[min(n - 1, int(0.9 * n))], "max_us": xs[-1]}
+                "median_us": statistics.median(xs), "p90_us": xs[min(n - 1, int(0.9 * n))], "max_us": xs[-1],
+                "launch_median_us": statistics.median(ls), "launch_p90_us": ls[min(n - 1, int(0.9 * n))]}
 
     def _build_graphs(self) -> Graphs:
         host = {STAGING: self.staging, RING: self.ring}
@@ -241,16 +246,21 @@ class Runner:
                         launch = self._launcher(self.graphs.decode[(1, bucket, sampling)])
                     hook = self.step_hook
                     if hook is None:
+                        t_launch = time.perf_counter()
                         launch()
                     else:
                         hook(step, False)
+                        t_launch = time.perf_counter()
                         launch()
                         hook(step, True)
+                    t_end = time.perf_counter()
                     self.passes += 1
                     launched += 1
-                    dt = time.perf_counter() - t_host
+                    dt = t_end - t_host
                     self.host_step_s += dt
-                    self.host_step_hist[self.host_steps % HOST_STEP_HISTORY] = dt
+                    k = self.host_steps % HOST_STEP_HISTORY
+                    self.host_step_hist[k] = dt
+                    self.host_launch_hist[k] = t_end - t_launch
                     self.host_steps += 1
                 if consumed == launched:
                     return

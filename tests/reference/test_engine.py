@@ -150,6 +150,10 @@ def test_host_step_stats_cover_every_decode_step(tiny, rng, monkeypatch):
     recorded = sorted(x * 1e6 for x in r.host_step_hist[:4])
     assert st["max_us"] == recorded[-1] and st["median_us"] == (recorded[1] + recorded[2]) / 2
     assert st["mean_us"] == r.host_step_s / 8 * 1e6
+    # the launch call's share of each step: part of it, never more
+    launches = sorted(x * 1e6 for x in r.host_launch_hist[:4])
+    assert st["launch_median_us"] == (launches[1] + launches[2]) / 2
+    assert all(0 < a <= b for a, b in zip(r.host_launch_hist[:4], r.host_step_hist[:4]))
 
 
 def test_only_the_last_prefill_chunk_publishes_a_token(tiny, rng, monkeypatch):
