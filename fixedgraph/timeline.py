@@ -6,7 +6,9 @@ stamps (ns): at entry, after its PDL wait, at its last thread's exit. This modul
 records of one replay into per-launch facts the event timer cannot see: how long before its
 predecessor finished a launch's first CTAs were resident (the weight preload's window), how long
 after the predecessor's last CTA exited the first CTA passed its wait (the dependency's latency),
-how long the launch ran after that, and how its CTAs spread over the SMs.
+how long the launch ran after that, and how its CTAs spread over the SMs. A kernel with phases
+marks their ends (``FG_TRACE_MARK(k)``); each launch then reports when its last CTA reached each
+mark, counted from its first CTA's wait.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-WORDS = 5  # u64 per record: tag << 32 | sm, cta, t_start, t_wait (0: none), t_end
+MARKS = 8  # FG_TRACE_MARKS: stamps a kernel may set with FG_TRACE_MARK(k) (0: not reached)
+WORDS = 5 + MARKS  # u64 per record: tag << 32 | sm, cta, t_start, t_wait (0: none), t_end, marks
 
 
 def fnv1a(name: str) -> int:
@@ -43,16 +46,18 @@ class LaunchTimes:
     release_us: float | None  # first wait passed minus predecessor's last exit
     after_wait_us: float | None  # this launch's last exit minus its first wait passed
     step_us: float | None  # this launch's last exit minus the predecessor's
+    marks_us: list[float | None] | None = None  # mark k reached by the last CTA, minus the first wait passed
 
 
 def parse_records(raw: np.ndarray) -> np.ndarray:
-    """[n, WORDS] u64 -> structured array (tag, sm, cta, t0, tw, t1)."""
+    """[n, WORDS] u64 -> structured array (tag, sm, cta, t0, tw, t1, marks)."""
     raw = np.asarray(raw, dtype=np.uint64).reshape(-1, WORDS)
     out = np.zeros(len(raw), dtype=[("tag", "u4"), ("sm", "u4"), ("cta", "u8"), ("t0", "u8"), ("tw", "u8"),
-                                    ("t1", "u8")])
+                                    ("t1", "u8"), ("marks", "u8", (MARKS,))])
     out["tag"] = (raw[:, 0] >> np.uint64(32)).astype(np.uint32)
     out["sm"] = (raw[:, 0] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     out["cta"], out["t0"], out["tw"], out["t1"] = raw[:, 1], raw[:, 2], raw[:, 3], raw[:, 4]
+    out["marks"] = raw[:, 5:]
     return out
 
 
@@ -102,6 +107,13 @@ def launch_times(records: np.ndarray, launches: list[tuple[int, str, str, int]])
             t.release_us = None if wf is None else wf - prev_end
             t.step_us = t.end_last - prev_end
         t.after_wait_us = None if wf is None else t.end_last - wf
+        if wf is not None and r["marks"].any():
+            t.marks_us = []
+            for k in range(MARKS):
+                m = r["marks"][:, k][r["marks"][:, k] > 0]
+                t.marks_us.append(us(m.max()) - wf if len(m) else None)
+            while t.marks_us[-1] is None:
+                t.marks_us.pop()
         out.append(t)
     return out
 
@@ -116,9 +128,16 @@ def by_entry(times: list[LaunchTimes]) -> list[dict]:
             v = [getattr(t, key) for t in ts if getattr(t, key) is not None]
             return float(np.mean(v)) if v else None
 
+        marks = None
+        with_marks = [t.marks_us for t in ts if t.marks_us]
+        if with_marks:
+            marks = []
+            for k in range(max(len(m) for m in with_marks)):
+                v = [m[k] for m in with_marks if k < len(m) and m[k] is not None]
+                marks.append(float(np.mean(v)) if v else None)
         rows.append({"entry": entry, "launches": len(ts), "ctas": ts[0].ctas, "sms": mean("sms"),
                      "early_us": mean("early_us"), "release_us": mean("release_us"),
-                     "after_wait_us": mean("after_wait_us"), "step_us": mean("step_us")})
+                     "after_wait_us": mean("after_wait_us"), "step_us": mean("step_us"), "marks_us": marks})
     return rows
 
 
@@ -131,8 +150,12 @@ def table(times: list[LaunchTimes]) -> str:
              "exited; release: its first wait passed after that exit; after: run after that wait; step: "
              "its last exit after the predecessor's)"]
     for r in by_entry(times):
+        marks = "" if not r["marks_us"] else "   marks " + " ".join("-" if m is None else f"{m:.2f}"
+                                                                 for m in r["marks_us"])
         lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {f(r['early_us'])} "
-                     f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])}")
+                     f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])}{marks}")
+    if any(r["marks_us"] for r in by_entry(times)):
+        lines.append("marks: when the launch's last CTA reached each FG_TRACE_MARK(k), µs after its first wait passed")
     total = times[-1].end_last - times[0].start_first if times else 0.0
     lines.append(f"replay span {total:.1f} µs over {len(times)} launches")
     return "\n".join(lines)
@@ -140,7 +163,7 @@ def table(times: list[LaunchTimes]) -> str:
 
 def chrome_trace(records: np.ndarray, launches: list[tuple[int, str, str, int]]) -> str:
     """Perfetto / chrome://tracing JSON: one track per SM, one slice per CTA (named by its launch),
-    an instant mark where it passed its PDL wait."""
+    an instant mark where it passed its PDL wait and at each FG_TRACE_MARK it reached."""
     parts = assign(records, launches)
     origin = int(records["t0"].min()) if len(records) else 0
     events = []
@@ -153,6 +176,10 @@ def chrome_trace(records: np.ndarray, launches: list[tuple[int, str, str, int]])
             if rec["tw"]:
                 events.append({"name": "wait passed", "ph": "i", "s": "t", "pid": 0, "tid": int(rec["sm"]),
                                "ts": (int(rec["tw"]) - origin) / 1e3})
+            for k, m in enumerate(rec["marks"]):
+                if m:
+                    events.append({"name": f"mark {k}", "ph": "i", "s": "t", "pid": 0, "tid": int(rec["sm"]),
+                                   "ts": (int(m) - origin) / 1e3})
     meta = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": sm, "args": {"name": f"SM {sm}"}}
             for sm in sorted({e["tid"] for e in events})]
     return json.dumps({"traceEvents": meta + events, "displayTimeUnit": "ns"})

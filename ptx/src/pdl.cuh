@@ -15,8 +15,10 @@
 // PTX has none of it). FG_KERNEL_BEGIN() opens every entry; each CTA then appends one record of
 // FG_TRACE_WORDS u64 to the buffer the host points fg_trace_buf at (module globals, set per
 // module): (entry-name hash << 32 | SM id, linear CTA index, %globaltimer at entry, after the
-// PDL wait (0: none), at the CTA's last thread's exit). fg_trace_count (u32, host-zeroed) numbers
-// the records; past fg_trace_cap they are dropped. The CTA syncs once at entry.
+// PDL wait (0: none), at the CTA's last thread's exit, then FG_TRACE_MARKS optional marks (0: not
+// reached): FG_TRACE_MARK(k) in a kernel stamps mark k when thread 0 passes it, so a multi-phase
+// kernel can show where its time goes). fg_trace_count (u32, host-zeroed) numbers the records;
+// past fg_trace_cap they are dropped. The CTA syncs once at entry.
 #pragma once
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define FG_PDL_WAIT_RAW() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
@@ -25,7 +27,8 @@
 #endif
 
 #ifdef FG_TRACE
-#define FG_TRACE_WORDS 5
+#define FG_TRACE_MARKS 8
+#define FG_TRACE_WORDS (5 + FG_TRACE_MARKS)
 __device__ unsigned long long *fg_trace_buf;  // [fg_trace_cap][FG_TRACE_WORDS]
 __device__ unsigned int *fg_trace_count;      // records appended (shared by every module)
 __device__ unsigned int fg_trace_cap;
@@ -35,8 +38,8 @@ __device__ __forceinline__ unsigned long long fg_globaltimer() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-__device__ __forceinline__ unsigned long long *fg_trace_shared() {  // [t_wait, threads exited]
-    __shared__ unsigned long long s[2];
+__device__ __forceinline__ unsigned long long *fg_trace_shared() {  // [t_wait, threads exited, marks]
+    __shared__ unsigned long long s[2 + FG_TRACE_MARKS];
     return s;
 }
 struct FgTraceScope {
@@ -48,8 +51,7 @@ struct FgTraceScope {
         for (const char *c = name; *c; ++c) h = (h ^ (unsigned char)*c) * 16777619u;
         tag = h;
         if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-            fg_trace_shared()[0] = 0ull;
-            fg_trace_shared()[1] = 0ull;
+            for (int k = 0; k < 2 + FG_TRACE_MARKS; ++k) fg_trace_shared()[k] = 0ull;
         }
         __syncthreads();
     }
@@ -67,6 +69,7 @@ struct FgTraceScope {
         r[2] = t0;
         r[3] = *(volatile unsigned long long *)&fg_trace_shared()[0];
         r[4] = t1;
+        for (int k = 0; k < FG_TRACE_MARKS; ++k) r[5 + k] = *(volatile unsigned long long *)&fg_trace_shared()[2 + k];
     }
 };
 #define FG_KERNEL_BEGIN() FgTraceScope fg_trace_scope_(__func__)
@@ -75,7 +78,13 @@ struct FgTraceScope {
         FG_PDL_WAIT_RAW();                                                                      \
         if (fg_trace_shared()[0] == 0ull) fg_trace_shared()[0] = fg_globaltimer();              \
     } while (0)
+#define FG_TRACE_MARK(k)                                                                        \
+    do {                                                                                        \
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)                           \
+            fg_trace_shared()[2 + (k)] = fg_globaltimer();                                      \
+    } while (0)
 #else
 #define FG_KERNEL_BEGIN() do {} while (0)
 #define FG_PDL_WAIT() FG_PDL_WAIT_RAW()
+#define FG_TRACE_MARK(k) do {} while (0)
 #endif

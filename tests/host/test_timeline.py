@@ -13,8 +13,8 @@ from fixedgraph import timeline
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _rec(entry, sm, cta, t0, tw, t1):
-    return [(timeline.fnv1a(entry) << 32) | sm, cta, t0, tw, t1]
+def _rec(entry, sm, cta, t0, tw, t1, marks=()):
+    return [(timeline.fnv1a(entry) << 32) | sm, cta, t0, tw, t1] + list(marks) + [0] * (timeline.MARKS - len(marks))
 
 
 def test_fnv1a_matches_the_reference_values():
@@ -42,6 +42,23 @@ def test_launch_times_from_records():
     assert len(slices) == 7 and {e["tid"] for e in slices} == {0, 1, 2}
 
 
+def test_phase_marks_report_the_last_cta_per_mark():
+    # two launches of M (2 CTAs each): marks 0 and 2 set, mark 1 never reached
+    rows = [_rec("M", 0, 0, 1000, 2000, 9000, [3000, 0, 5000]), _rec("M", 1, 1, 1100, 2500, 9500, [4000, 0, 4500]),
+            _rec("M", 0, 0, 9600, 10000, 12000, [11000, 0, 11500]),
+            _rec("M", 1, 1, 9700, 10100, 12100, [10500, 0, 11000])]
+    times = timeline.launch_times(timeline.parse_records(np.array(rows, dtype=np.uint64)),
+                                  [(0, "m0", "M", 2), (1, "m1", "M", 2)])
+    assert times[0].marks_us == pytest.approx([2.0, None, 3.0]) and times[1].marks_us == pytest.approx([1.0, None, 1.5])
+    row = timeline.by_entry(times)[0]
+    assert row["marks_us"] == pytest.approx([1.5, None, 2.25])
+    assert "marks 1.50 - 2.25" in timeline.table(times)
+    # no marks anywhere: none reported
+    plain = timeline.launch_times(timeline.parse_records(np.array([_rec("A", 0, 0, 1, 2, 3)], dtype=np.uint64)),
+                                  [(0, "a", "A", 1)])
+    assert plain[0].marks_us is None and "marks" not in timeline.table(plain)
+
+
 def test_missing_or_extra_records_are_named():
     raw = np.array([_rec("A", 0, 0, 1, 2, 3)], dtype=np.uint64)
     with pytest.raises(ValueError, match="2 CTAs expected, 1 records left"):
@@ -59,6 +76,9 @@ def test_traced_build_carries_the_globals_and_the_committed_ptx_does_not(tmp_pat
     assert "fg_trace_buf" in traced and "globaltimer" in traced and "-DFG_TRACE" in traced.splitlines()[0]
     # nvcc folds each entry's name hash into its record's first word: the host's hash must match
     assert str(timeline.fnv1a("stage_meta_ring") << 32) in traced
+    # the record layout the host parses (5 fixed words + the marks) is the one the kernels write
+    src = (ROOT / "ptx/src/pdl.cuh").read_text()
+    assert f"#define FG_TRACE_MARKS {timeline.MARKS}" in src and "#define FG_TRACE_WORDS (5 + FG_TRACE_MARKS)" in src
     for p in (ROOT / "ptx").glob("*.ptx"):
         assert "fg_trace_buf" not in p.read_text(), p
 
