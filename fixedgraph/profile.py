@@ -335,8 +335,13 @@ def chrome_trace(res: dict) -> str:
 
 def prefill_timing(llm, tokens: int = 128, reps: int = 20) -> dict:
     """GPU ms of one prefill chunk of ``tokens`` tokens run as its graph vs eagerly through the
-    Cython launch loop (the same bound program), on the CUDA backend."""
+    Cython launch loop (the same bound program), on the CUDA backend. A prompt longer than the
+    largest chunk bucket is prefilled in chunks of that bucket: one such full chunk is timed
+    (``tokens`` in the result says how many)."""
     r, m, dev = llm.runner, llm.model, llm.device
+    if tokens < 1:
+        raise ValueError(f"prefill_timing: tokens must be >= 1, got {tokens}")
+    tokens = min(tokens, max(m.sizes.chunk_buckets))
     T = next(b for b in m.sizes.chunk_buckets if b >= tokens)
     seq = r._next_seq
     r._next_seq += 1

@@ -1,5 +1,5 @@
 """The profiler on the GPU: eager per-node times, graph replay, and the in-graph ablation."""
-from fixedgraph.profile import format_table, profile_decode
+from fixedgraph.profile import format_table, prefill_timing, profile_decode
 from tests.model_checks import check_teacher_forced
 
 
@@ -21,3 +21,13 @@ def test_profile_decode_in_graph(cuda, tmp_path, rng):
         assert abs(a["marginal_us"] - (a["full_us"] - a["without_us"])) < 1e-9
     table = format_table(res)
     assert "in the graph" in table and all(a["entry"] in table for a in rows)
+
+
+def test_prefill_timing_past_the_largest_chunk(cuda, tmp_path, rng):
+    # a prompt longer than the largest chunk bucket is prefilled in full chunks: one is timed
+    llm, _, _ = check_teacher_forced("tiny-qwen3", "cuda", tmp_path, rng, prompt_len=32, n_new=2, chunk=32)
+    big = max(llm.model.sizes.chunk_buckets)
+    pf = prefill_timing(llm, 4 * big, reps=3)
+    assert pf["tokens"] == pf["bucket"] == big and pf["graph_ms"] > 0 and pf["eager_ms"] > 0
+    small = prefill_timing(llm, 5, reps=3)
+    assert small["tokens"] == 5 and small["bucket"] >= 5
