@@ -1,13 +1,14 @@
 """The Python API: ``LLM(model).generate(prompts, SamplingParams(...))`` and ``LLM.stream``."""
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from fixedgraph import nvtx
+from fixedgraph import hostcpu, nvtx
 from fixedgraph.backends import get_device
 from fixedgraph.loader import load_weights
 from fixedgraph.models.dense import DenseDecoder, Sizes
@@ -44,7 +45,9 @@ class LLM:
     "auto". Sizes are fixed at boot: ``max_model_len`` (prompt + output), ``block_size`` (KV
     tokens per block), ``num_blocks`` (default: enough for one full-length sequence),
     ``prefill_chunk`` (tokens per prefill pass), ``lookahead`` (decode steps queued ahead;
-    see ``runner.LOOKAHEAD``).
+    see ``runner.LOOKAHEAD``). ``cpu_affinity``: the CPUs of the calling thread, which runs the
+    decode loop: "gpu" (those local to the GPU), "off" or a list such as "0-7" (default:
+    ``FIXEDGRAPH_CPU_AFFINITY``, else "off"; see ``fixedgraph.hostcpu``).
     ``weights``: instead of a path, a ``(WeightSource, ModelConfig)`` pair (prompts are then
     token ids).
     """
@@ -52,7 +55,7 @@ class LLM:
     def __init__(self, model: str | Path | None = None, *, weights=None, backend: str | None = None,
                  max_model_len: int | None = None, block_size: int = 16, num_blocks: int | None = None,
                  prefill_chunk: int = 256, lookahead: int = LOOKAHEAD, progress: bool | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, cpu_affinity: str | None = None) -> None:
         t0 = time.perf_counter()
         if int(lookahead) < 1:
             raise ValueError(f"lookahead must be at least 1 (decode steps queued ahead of the GPU), got {lookahead}")
@@ -70,6 +73,9 @@ class LLM:
         try:
             self.tokenizer = None if weights is not None else self._tokenizer(self.model_path)
             self.device = get_device(backend)
+            self.host_cpus = hostcpu.bind_thread(
+                cpu_affinity if cpu_affinity is not None else os.environ.get("FIXEDGRAPH_CPU_AFFINITY", "off"),
+                self.device.properties().get("pci_bus_id"))
             default_len = 4096 if self.device.kind == "cuda" else 1024
             max_len = min(cfg.max_position_embeddings, max_model_len or default_len)
             if prefill_chunk < 16 or prefill_chunk & (prefill_chunk - 1):

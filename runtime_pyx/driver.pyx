@@ -82,16 +82,18 @@ def current_context():
 
 
 def device_properties(int ordinal=0):
-    """Name, SM count, memory, compute capability, L2 size, driver version of one device."""
+    """Name, SM count, memory, compute capability, L2 size, driver version, PCI bus id of one device."""
     cdef cydriver.CUdevice dev
     cdef char name[256]
+    cdef char bus[64]
     cdef size_t total = 0, free_b = 0
     cdef int v = 0, drv = 0
     check(cydriver.cuDeviceGet(&dev, ordinal), "cuDeviceGet")
     check(cydriver.cuDeviceGetName(name, 256, dev), "cuDeviceGetName")
     check(cydriver.cuDeviceTotalMem(&total, dev), "cuDeviceTotalMem")
     check(cydriver.cuDriverGetVersion(&drv), "cuDriverGetVersion")
-    props = {"name": name.decode(), "total_memory": total, "driver_version": drv}
+    check(cydriver.cuDeviceGetPCIBusId(bus, 64, dev), "cuDeviceGetPCIBusId")
+    props = {"name": name.decode(), "total_memory": total, "driver_version": drv, "pci_bus_id": bus.decode()}
     for key, attr in (
         ("sm_count", cydriver.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
         ("cc_major", cydriver.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ import torch  # noqa: E402
 
 import peers  # noqa: E402
 from fixedgraph.engine import LLM  # noqa: E402
+from fixedgraph.hostcpu import format_cpus  # noqa: E402
 from fixedgraph.models.config import ModelConfig  # noqa: E402
 from fixedgraph.profile import gpu_ms  # noqa: E402
 from fixedgraph.sampling import SamplingParams  # noqa: E402
@@ -47,6 +49,31 @@ def graph_replay_ms(llm: LLM, reps: int = 200) -> float:
     return ms
 
 
+def _cpu_stat() -> list[int]:
+    """The machine's CPU jiffies (user nice system idle iowait irq softirq steal), /proc/stat."""
+    try:
+        return [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    except (OSError, ValueError, IndexError):
+        return []
+
+
+def _cpu_share(a: list[int], b: list[int]) -> dict:
+    if not a or not b:
+        return {}
+    d = [y - x for x, y in zip(a, b)]
+    total = max(1, sum(d))
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    return {f"{n}_pct": 100.0 * v / total for n, v in zip(names, d)}
+
+
+def _threads() -> int:
+    try:
+        return int(next(ln.split()[1] for ln in Path("/proc/self/status").read_text().splitlines()
+                        if ln.startswith("Threads:")))
+    except (OSError, StopIteration, ValueError):
+        return -1
+
+
 def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: int,
                 profile_dir: str | None = None, peer_names: tuple[str, ...] = PEERS,
                 lookaheads: tuple[int, ...] = ()) -> dict:
@@ -60,9 +87,9 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
     params = SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True)
     llm.generate([prompt], SamplingParams(temperature=0, max_tokens=32, ignore_eos=True))  # warm up
     llm.runner.reset_host_stats()
-    cpu0 = time.process_time()
+    cpu0, stat0 = time.process_time(), _cpu_stat()
     out = llm.generate([prompt], params)[0]
-    cpu = time.process_time() - cpu0
+    cpu, stat1 = time.process_time() - cpu0, _cpu_stat()
     m = out.metrics
     weight_bytes = llm.weight_bytes
     floor_ms = weight_bytes / (copy_gbps * 1e9) * 1e3
@@ -79,6 +106,10 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         "host_step_us": host,
         "process_cpu_us_per_step_incl_wait": cpu / max(1, len(out.token_ids)) * 1e6,
         "decode_nodes": llm.runner.decode_graph(prompt_len + 1).num_nodes,
+        # where the decode loop ran: its thread's CPUs (FIXEDGRAPH_CPU_AFFINITY), the process's
+        # threads, and the machine's CPU time over the decode (steal: a hypervisor ran others)
+        "host_cpus": format_cpus(set(os.sched_getaffinity(0))), "process_threads": _threads(),
+        "machine_cpu_during_decode": _cpu_share(stat0, stat1),
     }
     ours = out.token_ids
     if lookaheads:  # the same generation with fewer / more steps queued ahead of the GPU

@@ -3,8 +3,8 @@
 # under compute-sanitizer memcheck, run the benchmarks. Logs and JSON go under $OUT; a short
 # table is printed last.
 #
-#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab long timeline ncu
-#                                            all (default all; long, timeline, ncu only when named)
+#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab long host timeline ncu
+#                                            all (default all; long, host, timeline, ncu only when named)
 #
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
@@ -106,6 +106,34 @@ if [[ " $stages " == *" long "* ]]; then
       --new ${LONG_NEW:-64} --peers ${LONG_PEERS:-torch_graph} --profile-dir "$OUT/prof_long$p" \
       --json "$OUT/bench_long$p.json" > "$OUT/bench_long$p.log" 2>&1
     note "bench long $p rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f}\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/bench_long$p.json" 2>&1 | tail -1)"
+  done
+fi
+if [[ " $stages " == *" host "* ]]; then
+  # host time per decode step against where the loop's thread runs (only when named): the machine's
+  # CPUs / NUMA nodes / the GPU's local CPUs, then the no-peer bench under each
+  # FIXEDGRAPH_CPU_AFFINITY in HOST_AFFINITIES (default "off gpu one"; one: a single local CPU),
+  # HOST_ROUNDS times (default 2), alternated
+  { lscpu; echo; cat /sys/bus/pci/devices/*/local_cpulist 2>/dev/null | sort | uniq -c; nvidia-smi topo -m; } > "$OUT/host_cpus.txt" 2>&1
+  bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1)
+  one=$(python3 -c "
+import os, sys
+from fixedgraph import hostcpu
+allowed = set(os.sched_getaffinity(0))
+local = hostcpu.gpu_local_cpus(sys.argv[1]) or allowed
+print(min((local & allowed) or allowed))" "$bus" 2>/dev/null)
+  note "host: GPU $bus, local CPUs $(cat /sys/bus/pci/devices/$(python3 -c "from fixedgraph import hostcpu; import sys; print(hostcpu.sysfs_name(sys.argv[1]))" "$bus")/local_cpulist 2>/dev/null), $(nproc) CPUs, $(lscpu | grep -E '^NUMA node\(s\)' | tr -s ' ')"
+  for r in $(seq 1 ${HOST_ROUNDS:-2}); do
+    for a in ${HOST_AFFINITIES:-off gpu one}; do
+      spec=$a; [ "$a" = one ] && spec=$one
+      FIXEDGRAPH_CPU_AFFINITY=$spec timeout 200 python3 tools/bench.py --peers= --models ${HOST_MODELS:-qwen3-0.6b,qwen3-8b} \
+        --json "$OUT/host_${a}_$r.json" > "$OUT/host_${a}_$r.log" 2>&1
+      note "host $a ($spec) round $r rc=$?: $(python3 -c "
+import json, sys
+for x in json.load(open(sys.argv[1]))['models']:
+    h = x['host_step_us']; c = x.get('machine_cpu_during_decode', {})
+    print(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} ms host med {h['median_us']:.1f} p90 {h['p90_us']:.1f} launch {h.get('launch_median_us', -1):.1f} cpus {x.get('host_cpus')} thr {x.get('process_threads')} steal {c.get('steal_pct', -1):.1f}%\", end='; ')
+" "$OUT/host_${a}_$r.json" 2>&1 | tail -1)"
+    done
   done
 fi
 if [[ " $stages " == *" timeline "* ]]; then
