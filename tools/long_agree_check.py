@@ -1,0 +1,62 @@
+"""Do our prefill logits after a long prompt match transformers' on the bench's random model?
+
+The long-prompt bench (tools/bench.py --prompt 4096) found 8B's greedy tokens differing from the
+CUDA-graph peer's from the first one. This prints, for the bench's model, seed and prompt, our
+logits after the prompt (the prefill graphs) against transformers' (bf16, same weights): cosine
+similarity, largest difference, both argmaxes and transformers' top-2 margin, so a near-tie can
+be told from a wrong prefill.
+
+    python3 tools/long_agree_check.py [--models qwen3-8b] [--prompt 4096] [--device cuda]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from fixedgraph.engine import LLM  # noqa: E402
+from fixedgraph.models.config import ModelConfig  # noqa: E402
+from fixedgraph.testing.checkpoints import random_model  # noqa: E402
+from fixedgraph.weights.state_dict_source import StateDictSource  # noqa: E402
+
+
+def check(name: str, prompt_len: int, seed: int, device: str) -> dict:
+    backend = "cuda" if device == "cuda" else "reference"
+    hf = random_model(name, seed, device=device, dtype="bfloat16" if device == "cuda" else "float32")
+    cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
+    llm = LLM(weights=(StateDictSource(hf.state_dict(), name), cfg), backend=backend,
+              max_model_len=prompt_len + 32, prefill_chunk=256, progress=False)
+    prompt = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=prompt_len).tolist()  # bench.py's
+    ours = llm.runner.teacher_forced_logits(prompt + [prompt[-1]], prompt_len)[0].astype(np.float64)
+    llm.close()
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor([prompt], device=device)).logits[0, -1].float().cpu().numpy().astype(np.float64)
+    top2 = np.argsort(ref)[-2:][::-1]
+    cos = float(ours @ ref / (np.linalg.norm(ours) * np.linalg.norm(ref)))
+    return {"model": name, "prompt": prompt_len, "cosine": cos, "max_abs_diff": float(np.abs(ours - ref).max()),
+            "ref_std": float(ref.std()), "ours_argmax": int(ours.argmax()), "ref_argmax": int(top2[0]),
+            "ref_top2_margin": float(ref[top2[0]] - ref[top2[1]]),
+            "ours_at_ref_top2": [float(ours[top2[0]]), float(ours[top2[1]])]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="qwen3-8b")
+    ap.add_argument("--prompt", type=int, default=4096)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda", help="cuda (the CUDA backend) or cpu (the reference backend)")
+    args = ap.parse_args()
+    for name in args.models.split(","):
+        print(json.dumps(check(name, args.prompt, args.seed, args.device)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
