@@ -11,13 +11,13 @@ from fixedgraph.sampling import SamplingParams
 def build(name: str, backend: str, tmp_path, max_model_len: int, chunk: int, seed: int):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from fixedgraph.testing.checkpoints import random_model
+    from fixedgraph.testing.checkpoints import cast_model, random_model
 
     model = random_model(name, seed, device="cuda" if backend == "cuda" else "cpu")
     import torch
 
-    model.to(torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
-    model.to(torch.float32)
+    cast_model(model, torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
+    cast_model(model, torch.float32)  # weights already bf16-exact; the rotary frequencies stay exact
     llm = LLM(tmp_path, backend=backend, max_model_len=max_model_len, prefill_chunk=chunk, progress=False)
     assert llm.device.kind == backend
     return model, llm

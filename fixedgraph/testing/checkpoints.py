@@ -34,6 +34,12 @@ CONFIGS: dict[str, tuple[str, dict]] = {
         vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=1024, rms_norm_eps=1e-5, sliding_window=None,
         tie_word_embeddings=False)),
+    # long contexts against transformers: 8B's GQA ratio (4) and head_dim (128), QK-norm, a
+    # context far past the other tiny configs' 1024 positions
+    "tiny-long": ("Qwen3Config", dict(
+        vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=False, use_sliding_window=False)),
     "qwen3-0.6b": ("Qwen3Config", dict(
         vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
         num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1e6,
@@ -55,6 +61,27 @@ def hf_config(name: str, **overrides):
     cls_name, kwargs = CONFIGS[name]
     kwargs = {**kwargs, "initializer_range": 0.02, **overrides}
     return getattr(transformers, cls_name)(**kwargs)
+
+
+def cast_model(model, dtype):
+    """``model.to(dtype)`` that keeps the rotary embeddings' inverse frequencies (the ``inv_freq``
+    buffers) as they were, in float32. ``Module.to`` casts every floating buffer: in bf16,
+    1e6 ** (-2/128) = 0.80584... becomes 0.8046875, so every rotation angle is off by a relative
+    1e-3 and by a tenth of a radian after a few hundred positions, and a float32 model cast to bf16
+    and back keeps those angles. transformers computes the angles from ``inv_freq`` in float32
+    (cos / sin are cast afterwards), as fixedgraph's table does in float64, so a reference built
+    with plain ``.to`` disagrees with a correct implementation more the longer the context."""
+    import torch
+
+    keep = {n: b.detach().clone().float() for n, b in model.named_buffers() if n.endswith("inv_freq")}
+    model.to(dtype)
+    for n, b in keep.items():
+        mod, _, leaf = n.rpartition(".")
+        owner = model.get_submodule(mod) if mod else model
+        owner._buffers[leaf] = b.to(owner._buffers[leaf].device)
+        if hasattr(owner, "original_inv_freq") and leaf == "inv_freq" and "original_inv_freq" not in owner._buffers:
+            owner.original_inv_freq = owner._buffers[leaf]
+    return model
 
 
 def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "float32",
@@ -79,7 +106,7 @@ def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "fl
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
             if p.ndim == 1:  # norm weights: around 1, not exactly 1, so a missing norm shows
                 p.copy_((1.0 + 0.1 * torch.randn_like(p)).to(torch.bfloat16).to(torch.float32))
-    return model.to(getattr(torch, dtype)).eval()
+    return cast_model(model, getattr(torch, dtype)).eval()
 
 
 def random_llm(name: str, seed: int = 0, backend: str = "cuda", max_model_len: int = 256,
@@ -107,5 +134,5 @@ def save_checkpoint(name: str, out_dir: str | Path, seed: int = 0) -> Path:
 
     out = Path(out_dir)
     model = random_model(name, seed)
-    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    cast_model(model, torch.bfloat16).save_pretrained(out, safe_serialization=True)
     return out

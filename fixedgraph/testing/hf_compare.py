@@ -39,7 +39,9 @@ def compare_teacher_forced(llm, model, tokens: list[int], prompt_len: int) -> di
 
     ours = llm.runner.teacher_forced_logits(tokens, prompt_len)
     ref = hf_logits(model, tokens)[prompt_len - 1 :]
-    hf_bf16 = hf_logits(copy.deepcopy(model).to(torch.bfloat16), tokens)[prompt_len - 1 :]
+    from fixedgraph.testing.checkpoints import cast_model
+
+    hf_bf16 = hf_logits(cast_model(copy.deepcopy(model), torch.bfloat16), tokens)[prompt_len - 1 :]
     errs = step_errors(ours, ref)
     floor = step_errors(hf_bf16, ref)
     top2 = np.sort(ref, axis=-1)[:, -2:]

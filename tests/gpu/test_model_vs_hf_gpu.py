@@ -28,3 +28,11 @@ def test_greedy_after_many_prefill_chunks(cuda, tmp_path, rng):
     # 13 chunks, the last one partial: earlier chunks are still in flight when the last is
     # launched, so a token published by any of them where the host waits would be caught here
     check_greedy("tiny-qwen3", "cuda", tmp_path, rng, prompt_len=200, n_new=16, chunk=16)
+
+
+@pytest.mark.parametrize("prompt_len", [4200, 16500])
+def test_teacher_forced_logits_after_long_prompts(prompt_len, cuda, tmp_path, rng):
+    # Long contexts against an independent reference (the long-context tests compare graphs with
+    # checked eager runs of the same kernels): 8B's GQA ratio and head_dim, many prefill chunks,
+    # decode at the large context buckets (many attention splits and their merge)
+    check_teacher_forced("tiny-long", "cuda", tmp_path, rng, prompt_len=prompt_len, n_new=24, chunk=256)
