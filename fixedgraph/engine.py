@@ -48,6 +48,9 @@ class LLM:
     see ``runner.LOOKAHEAD``). ``cpu_affinity``: the CPUs of the calling thread, which runs the
     decode loop: "gpu" (those local to the GPU), "off" or a list such as "0-7" (default:
     ``FIXEDGRAPH_CPU_AFFINITY``, else "off"; see ``fixedgraph.hostcpu``).
+    ``decode_group``: decode steps per graph launch (default ``FIXEDGRAPH_DECODE_GROUP``, else 1):
+    the host prepares that many steps' metadata and launches one graph holding them all, so its
+    launch cost is paid once per group; a request's last steps go one at a time.
     ``weights``: instead of a path, a ``(WeightSource, ModelConfig)`` pair (prompts are then
     token ids).
     """
@@ -55,10 +58,13 @@ class LLM:
     def __init__(self, model: str | Path | None = None, *, weights=None, backend: str | None = None,
                  max_model_len: int | None = None, block_size: int = 16, num_blocks: int | None = None,
                  prefill_chunk: int = 256, lookahead: int = LOOKAHEAD, progress: bool | None = None,
-                 seed: int | None = None, cpu_affinity: str | None = None) -> None:
+                 seed: int | None = None, cpu_affinity: str | None = None, decode_group: int | None = None) -> None:
         t0 = time.perf_counter()
         if int(lookahead) < 1:
             raise ValueError(f"lookahead must be at least 1 (decode steps queued ahead of the GPU), got {lookahead}")
+        group = int(decode_group if decode_group is not None else os.environ.get("FIXEDGRAPH_DECODE_GROUP", "1"))
+        if group < 1:
+            raise ValueError(f"decode_group must be at least 1 (decode steps per graph launch), got {group}")
         if weights is not None:  # (WeightSource, ModelConfig) built by the caller; ids-only prompts
             source, cfg = weights
             validate(source, cfg)
@@ -83,7 +89,8 @@ class LLM:
             max_blocks = -(-max_len // block_size)
             sizes = Sizes(widths=(1,), chunk_buckets=_buckets(prefill_chunk), block_size=block_size,
                           num_blocks=num_blocks or max_blocks + 1, max_model_len=max_len,
-                          ring_len=max(16, 2 * lookahead + 2))
+                          ring_len=max(16, 2 * (lookahead + group) + 2),
+                          staging_slots=max(6, lookahead + group + 2))
             self.config = cfg
             self.model = DenseDecoder(cfg, sizes)
             self.plan = self.model.plan()
@@ -93,7 +100,7 @@ class LLM:
         finally:
             source.close()
         with nvtx.range("build graphs"):
-            self.runner = Runner(self.device, self.model, self.arena, lookahead)
+            self.runner = Runner(self.device, self.model, self.arena, lookahead, group)
         self.fixed = fixed_record(self.model, self.arena, self.runner.ring.device_addr)
         self.boot_s = time.perf_counter() - t0
         self._rng = random.Random(seed)

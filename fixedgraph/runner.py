@@ -5,8 +5,10 @@ slot, patches the graph's ``stage_meta`` source pointer to that slot and launche
 back through a device-mapped ring the host reads without any copy call.
 
 NOTE (slot lifetimes): staging slot k is reused only after the pass that last read it is known
-to have run: decode step s is launched only once step s - lookahead has published its token,
-and there are lookahead + 2 slots. Prefill waits for its first token before decoding starts.
+to have run: decode steps are launched (one, or a group of decode_group in one graph) only while
+fewer than lookahead steps are in flight, so at most lookahead - 1 + decode_group are, and there
+are at least that many + 2 slots and ring entries. Prefill waits for its first token before
+decoding starts.
 """
 from __future__ import annotations
 
@@ -43,17 +45,29 @@ class Graphs:
     decode: dict[tuple[int, int, bool], object]  # (width, context bucket, sampling) -> graph
     prefill: dict[tuple[int, bool], object]  # (chunk bucket, sampling) -> graph
     prefill_body: object  # a full chunk before the prompt's last: K/V only, no head (see _prefill)
+    # (width, context bucket, sampling) -> a graph of Runner.decode_group steps (none when 1)
+    decode_group: dict[tuple[int, int, bool], object]
 
 
 class Runner:
-    def __init__(self, device, model: DenseDecoder, arena, lookahead: int = LOOKAHEAD) -> None:
+    def __init__(self, device, model: DenseDecoder, arena, lookahead: int = LOOKAHEAD, decode_group: int = 1) -> None:
         self.device, self.model, self.arena = device, model, arena
         s = model.sizes
         self.num_slots = s.staging_slots
         # the deepest queue the ring and the staging slots allow (a later, deeper lookahead would
         # overwrite a slot or ring entry still in flight)
         self.max_lookahead = min(s.ring_len - 2, self.num_slots - 2)
-        self.lookahead = max(1, min(lookahead, self.max_lookahead))
+        # Decode steps per graph launch: a group of k steps is one launch of a k-step graph (the
+        # host's launch cost paid once per k tokens); the tail of a request, shorter than a
+        # group, goes one step at a time. A group is launched while fewer than `lookahead` steps
+        # are in flight, so up to lookahead - 1 + k are: the slots and ring must hold that many.
+        if decode_group < 1:
+            raise ValueError(f"decode_group must be at least 1 (decode steps per graph launch), got {decode_group}")
+        if decode_group > self.max_lookahead:
+            raise ValueError(f"decode_group {decode_group} exceeds the {self.max_lookahead} steps the staging slots "
+                             f"and token ring hold in flight; boot with more staging slots")
+        self.decode_group = int(decode_group)
+        self.lookahead = max(1, min(lookahead, self.max_lookahead - self.decode_group + 1))
         self.slot_bytes = model.slot_bytes
         self.staging = device.alloc_host(self.num_slots * self.slot_bytes, mapped=True)
         arena.fill("stage_counter", 0)
@@ -114,7 +128,14 @@ class Runner:
                 pre[(t, sampling)] = self.device.graph(bound)
         C = self.model.sizes.chunk_buckets[-1]
         body = self.device.graph(self.device.bind(self.model.prefill_program(C, False, head=False), self.arena, host))
-        return Graphs(dec, pre, body)
+        group = {}
+        if self.decode_group > 1:
+            for w in self.model.sizes.widths:
+                for ctx in self.model.ctx_buckets:
+                    for sampling in (False, True):
+                        prog = self.model.decode_program(w, sampling, ctx, steps=self.decode_group)
+                        group[(w, ctx, sampling)] = self.device.graph(self.device.bind(prog, self.arena, host))
+        return Graphs(dec, pre, body, group)
 
     # ---- one pass ------------------------------------------------------------------------
 
@@ -215,7 +236,8 @@ class Runner:
                 max_steps = min(max_steps, max(0, max_new_tokens - 1))
             # Per-slot views, filled once per request; per step only the scalars change.
             slots = [self._decode_slot_views(k) for k in range(self.num_slots)]
-            bucket = -1
+            bucket = bucket_g = -1
+            G = self.decode_group
             table = self.alloc.block_table(seq)
             sample_row = sample_ops.pack_params([params.device_row(0, seed)])[0] if sampling else None
             for v in slots:
@@ -226,42 +248,53 @@ class Runner:
             while True:
                 while launched < max_steps and launched - consumed < self.lookahead:
                     t_host = time.perf_counter()
-                    step = launched + 1
-                    pos = n + step - 1
-                    if pos % bs == 0 or pos >= len(table) * bs:
-                        for b in self.alloc.ensure(seq, pos + 1):  # a new block: every slot learns it
-                            table.append(b)
-                            for v in slots:
-                                v["table"][len(table) - 1] = b
-                    v = slots[self.passes % self.num_slots]
-                    v["pos"][0] = pos
-                    v["slot"][0] = table[pos // bs] * bs + pos % bs
-                    v["seq_len"][0] = pos + 1
-                    v["step"][0] = step
-                    if sampling:
-                        v["sample"][7] = step  # the RNG counter word of the sampling row
-                    ring[step % ring_len] = _SENTINEL
-                    if pos >= bucket:  # the sequence outgrew its context bucket: the next graph
-                        bucket = bucket_of(pos + 1)
-                        launch = self._launcher(self.graphs.decode[(1, bucket, sampling)])
+                    k = G if G > 1 and max_steps - launched >= G else 1  # a group, or one step (the tail)
+                    first = launched + 1
+                    for step in range(first, first + k):  # each step's metadata into its own slot
+                        pos = n + step - 1
+                        if pos % bs == 0 or pos >= len(table) * bs:
+                            for b in self.alloc.ensure(seq, pos + 1):  # a new block: every slot learns it
+                                table.append(b)
+                                for v in slots:
+                                    v["table"][len(table) - 1] = b
+                        v = slots[(self.passes + step - first) % self.num_slots]
+                        v["pos"][0] = pos
+                        v["slot"][0] = table[pos // bs] * bs + pos % bs
+                        v["seq_len"][0] = pos + 1
+                        v["step"][0] = step
+                        if sampling:
+                            v["sample"][7] = step  # the RNG counter word of the sampling row
+                        ring[step % ring_len] = _SENTINEL
+                    last = n + first + k - 2  # the position of the launch's last step
+                    if k == 1:
+                        if last >= bucket:  # the sequence outgrew its context bucket: the next graph
+                            bucket = bucket_of(last + 1)
+                            launch = self._launcher(self.graphs.decode[(1, bucket, sampling)])
+                        go = launch
+                    else:
+                        if last >= bucket_g:  # one bucket for the whole group: its last step's
+                            bucket_g = bucket_of(last + 1)
+                            launch_g = self._launcher(self.graphs.decode_group[(1, bucket_g, sampling)])
+                        go = launch_g
                     hook = self.step_hook
                     if hook is None:
                         t_launch = time.perf_counter()
-                        launch()
+                        go()
                     else:
-                        hook(step, False)
+                        hook(first, False)
                         t_launch = time.perf_counter()
-                        launch()
-                        hook(step, True)
+                        go()
+                        hook(first, True)
                     t_end = time.perf_counter()
-                    self.passes += 1
-                    launched += 1
-                    dt = t_end - t_host
-                    self.host_step_s += dt
-                    k = self.host_steps % HOST_STEP_HISTORY
-                    self.host_step_hist[k] = dt
-                    self.host_launch_hist[k] = t_end - t_launch
-                    self.host_steps += 1
+                    self.passes += k
+                    launched += k
+                    dt, dl = (t_end - t_host) / k, (t_end - t_launch) / k  # per decode step
+                    for _ in range(k):
+                        self.host_step_s += dt
+                        h = self.host_steps % HOST_STEP_HISTORY
+                        self.host_step_hist[h] = dt
+                        self.host_launch_hist[h] = dl
+                        self.host_steps += 1
                 if consumed == launched:
                     return
                 consumed += 1

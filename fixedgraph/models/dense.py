@@ -246,20 +246,32 @@ class DenseDecoder:
         meta_ops.stage_meta_ring(prog, Ref(region), HostPtr(STAGING), Ref("stage_counter"), self.slot_bytes,
                                  self.sizes.staging_slots, nbytes)
 
-    def decode_program(self, width: int, sampling: bool, ctx: int | None = None) -> Program:
-        """One decode step for ``width`` rows (one token per sequence; padding rows included) whose
-        sequences hold at most ``ctx`` keys (a context bucket; default: the whole context).
+    def decode_program(self, width: int, sampling: bool, ctx: int | None = None, steps: int = 1) -> Program:
+        """``steps`` decode steps (default one) for ``width`` rows (one token per sequence;
+        padding rows included) whose sequences hold at most ``ctx`` keys (a context bucket;
+        default: the whole context), as one program.
 
-        Op 0 copies staging slot (passes launched % staging_slots) to the metadata region: the
-        fields and the block-table entries that ``ctx`` keys can use (MetaLayout.staged_bytes).
+        Each step opens with an op that copies staging slot (passes launched % staging_slots) to
+        the metadata region: the fields and the block-table entries that ``ctx`` keys can use
+        (MetaLayout.staged_bytes); the device's pass counter advances once per step, so a
+        program of k steps reads k consecutive slots, and each step's embedding reads the token
+        the step before it picked.
         """
+        if steps < 1:
+            raise ValueError(f"decode_program: steps must be >= 1, got {steps}")
         layout, region = self.decode_meta[width], f"meta.decode.{width}"
         ctx = ctx or self.ctx_buckets[-1]
 
         def mref(name: str) -> Ref:
             return Ref(region, layout.offset(name))
 
-        prog = Program(f"decode.w{width}.c{ctx}.{'sample' if sampling else 'greedy'}")
+        group = f".x{steps}" if steps > 1 else ""
+        prog = Program(f"decode.w{width}.c{ctx}.{'sample' if sampling else 'greedy'}{group}")
+        for _ in range(steps):
+            self._decode_step(prog, width, sampling, ctx, region, layout, mref)
+        return prog
+
+    def _decode_step(self, prog: Program, width: int, sampling: bool, ctx: int, region: str, layout, mref) -> None:
         self._stage(prog, region, layout.staged_bytes(ctx, self.sizes.block_size))
         embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
                                 label="embed")
@@ -270,11 +282,10 @@ class DenseDecoder:
                                      self.sizes.ring_len, Ref("scratch.head.part"), Ref("scratch.head.count"),
                                      Ref(cur), Ref("delta"), None, Ref("final_norm"), head, None, width, self.V,
                                      self.H, self.cfg.rms_norm_eps, label="final_norm+lm_head+argmax")
-            return prog
+            return
         gemv.gemv_rmsnorm(prog, Ref("logits"), Ref(cur), Ref("delta"), None, Ref("final_norm"), head, None, width,
                           self.V, self.H, self.cfg.rms_norm_eps, out_f32=True, label="final_norm+lm_head")
         self._pick(prog, width, mref, sampling)
-        return prog
 
     def prefill_program(self, chunk: int, sampling: bool, head: bool = True) -> Program:
         """One prefill chunk of up to ``chunk`` tokens of one sequence (padding rows have slot -1),

@@ -203,3 +203,47 @@ def test_lagging_device_gives_the_same_tokens(rng, monkeypatch, prompt_len):
                      llm.generate([prompt], SamplingParams(temperature=0.8, top_k=20, seed=3, max_tokens=12,
                                                            ignore_eos=True))[0].token_ids])
     assert outs[0] == outs[1], outs
+
+
+@pytest.mark.parametrize("lag", ["0", "1"])
+def test_decode_groups_give_the_tokens_of_single_steps(rng, monkeypatch, lag):
+    # k decode steps per graph launch (decode_group): the same tokens as one step per launch,
+    # greedy and seeded sampling, across a context bucket (keys 121.. cross 128), with a tail
+    # shorter than a group, a stop token inside a group, and (lag 1) passes that run only as the
+    # host waits, as on a GPU stream
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from fixedgraph.testing.checkpoints import hf_config, random_llm
+
+    monkeypatch.setenv("FIXEDGRAPH_REFERENCE_LAG", lag)
+    prompt = rng.integers(0, hf_config("tiny-qwen3").vocab_size, size=120).tolist()
+    greedy = SamplingParams(temperature=0, max_tokens=15, ignore_eos=True)  # 14 steps: 3 groups of 4 + 2
+    sampled = SamplingParams(temperature=0.8, top_k=20, seed=3, max_tokens=15, ignore_eos=True)
+    outs = {}
+    for group in (1, 3, 4):
+        llm = random_llm("tiny-qwen3", 5, "reference", 160, prefill_chunk=16, decode_group=group)
+        assert llm.runner.decode_group == group and bool(llm.runner.graphs.decode_group) == (group > 1)
+        calls = []
+        llm.runner.step_hook = lambda step, done: calls.append(step) if not done else None
+        g = llm.generate([prompt], greedy)[0].token_ids
+        llm.runner.step_hook = None
+        stop = SamplingParams(temperature=0, max_tokens=15, ignore_eos=True, stop_token_ids=[g[6]])
+        outs[group] = (g, llm.generate([prompt], sampled)[0].token_ids, llm.generate([prompt], stop)[0].token_ids)
+        # every launched step is timed (with groups, a stop inside a group leaves steps launched
+        # past it, as the lookahead queue does)
+        assert llm.runner.host_step_stats()["steps"] >= 14 + 14 + 6
+        if group == 4:
+            assert calls == [1, 5, 9, 13, 14]  # launches: three groups, then the tail step by step
+    assert outs[1] == outs[3] == outs[4], outs
+    assert outs[1][2] == outs[1][0][: outs[1][0].index(outs[1][0][6]) + 1]
+
+
+def test_decode_group_program_and_limits(tiny):
+    prog = tiny.model.decode_program(1, False, tiny.model.ctx_buckets[0], steps=3)
+    one = tiny.model.decode_program(1, False, tiny.model.ctx_buckets[0])
+    assert len(prog.ops) == 3 * len(one.ops) and prog.name.endswith(".x3")
+    assert [op.label for op in prog.ops[: len(one.ops)]] == [op.label for op in one.ops]
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        tiny.model.decode_program(1, False, steps=0)
+    with pytest.raises(ValueError, match="decode_group must be at least 1"):
+        LLM(weights=(None, None), backend="reference", decode_group=0)
