@@ -22,3 +22,22 @@ def test_long_prompt_graphs_equal_checked_eager(cuda, rng, prompt_len):
     llm.runner.checked = True
     eager = llm.generate([prompt], params)[0].token_ids
     assert len(graphs) == n_new and graphs == eager
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen3", "qwen3-0.6b"])
+def test_decode_groups_match_single_steps(name, cuda, rng):
+    # k decode steps per graph launch (PDL edges between the steps inside the graph) against one
+    # step per launch: the same greedy and seeded-sampling tokens, across the 128-key bucket,
+    # with a tail shorter than a group
+    from fixedgraph.sampling import SamplingParams
+    from fixedgraph.testing.checkpoints import random_llm
+
+    prompt = rng.integers(0, 1000, size=110).tolist()
+    params = [SamplingParams(temperature=0, max_tokens=43, ignore_eos=True),
+              SamplingParams(temperature=0.8, top_k=40, seed=7, max_tokens=43, ignore_eos=True)]
+    outs = []
+    for group in (1, 4):
+        llm = random_llm(name, 3, "cuda", 256, decode_group=group)
+        outs.append([llm.generate([prompt], p)[0].token_ids for p in params])
+        llm.close()
+    assert outs[0] == outs[1]
