@@ -106,6 +106,7 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         "host_step_us": host,
         "process_cpu_us_per_step_incl_wait": cpu / max(1, len(out.token_ids)) * 1e6,
         "decode_nodes": llm.runner.decode_graph(prompt_len + 1).num_nodes,
+        "decode_group": llm.runner.decode_group,  # decode steps per graph launch (FIXEDGRAPH_DECODE_GROUP)
         # where the decode loop ran: its thread's CPUs (FIXEDGRAPH_CPU_AFFINITY), the process's
         # threads, and the machine's CPU time over the decode (steal: a hypervisor ran others)
         "host_cpus": format_cpus(set(os.sched_getaffinity(0))), "process_threads": _threads(),
