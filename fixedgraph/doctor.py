@@ -72,13 +72,10 @@ def doctor(backend: str | None = None) -> dict:
 def _host_cpus(pci_bus_id: str | None) -> dict:
     """The CPUs this process may run on and those the kernel lists as local to the GPU (where
     the decode loop's thread belongs on a host with several NUMA nodes; LLM(cpu_affinity="gpu"))."""
-    import os
-
     from fixedgraph import hostcpu
 
-    allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
     local = hostcpu.gpu_local_cpus(pci_bus_id) if pci_bus_id else None
-    return {"cpus_allowed": hostcpu.format_cpus(allowed), "gpu_pci_bus_id": pci_bus_id,
+    return {"cpus_allowed": hostcpu.format_cpus(hostcpu.allowed_cpus()), "gpu_pci_bus_id": pci_bus_id,
             "gpu_local_cpus": hostcpu.format_cpus(local) if local else None}
 
 
