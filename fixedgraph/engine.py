@@ -48,9 +48,11 @@ class LLM:
     see ``runner.LOOKAHEAD``). ``cpu_affinity``: the CPUs of the calling thread, which runs the
     decode loop: "gpu" (those local to the GPU), "off" or a list such as "0-7" (default:
     ``FIXEDGRAPH_CPU_AFFINITY``, else "off"; see ``fixedgraph.hostcpu``).
-    ``decode_group``: decode steps per graph launch (default ``FIXEDGRAPH_DECODE_GROUP``, else 1):
+    ``decode_group``: decode steps per graph launch (default ``FIXEDGRAPH_DECODE_GROUP``, else 4):
     the host prepares that many steps' metadata and launches one graph holding them all, so its
-    launch cost is paid once per group; a request's last steps go one at a time.
+    launch cost is paid once per group and the steps inside it overlap through PDL; a request's
+    last steps go one at a time, and tokens still arrive one per step. 1 keeps one graph per step
+    (half the graphs to instantiate at boot).
     ``weights``: instead of a path, a ``(WeightSource, ModelConfig)`` pair (prompts are then
     token ids).
     """
@@ -62,7 +64,7 @@ class LLM:
         t0 = time.perf_counter()
         if int(lookahead) < 1:
             raise ValueError(f"lookahead must be at least 1 (decode steps queued ahead of the GPU), got {lookahead}")
-        group = int(decode_group if decode_group is not None else os.environ.get("FIXEDGRAPH_DECODE_GROUP", "1"))
+        group = int(decode_group if decode_group is not None else os.environ.get("FIXEDGRAPH_DECODE_GROUP", "4"))
         if group < 1:
             raise ValueError(f"decode_group must be at least 1 (decode steps per graph launch), got {group}")
         if weights is not None:  # (WeightSource, ModelConfig) built by the caller; ids-only prompts

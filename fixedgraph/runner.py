@@ -38,6 +38,23 @@ HOST_STEP_HISTORY = 4096  # decode steps whose host times the runner keeps (host
 _SENTINEL = -1
 _POLL_MIN_S = 1e-3  # the shortest wait before a token counts as late and the stream is queried
 _POLL_MAX_S = 0.1  # the longest: a fault never goes unnoticed for longer
+# Waiting for a token: spin on the ring (lowest latency, a whole core busy), or sleep through
+# most of a wait expected to be long (a step of several hundred µs: big models, long contexts)
+# and spin only for its end. FIXEDGRAPH_WAIT=spin|sleep; the steps queued ahead keep the GPU busy
+# either way, so a late wake-up delays the token's delivery, never the GPU.
+WAIT_MODE = os.environ.get("FIXEDGRAPH_WAIT", "spin")
+_SLEEP_MIN_S = 300e-6  # a token expected further off than this is slept for
+_SPIN_MARGIN_S = 150e-6  # wake this long before it is due (the OS wakes a sleeper up to ~60 µs late)
+
+
+def sleep_before_token(now: float, last_token_t: float | None, interval_s: float,
+                       min_s: float = _SLEEP_MIN_S, margin_s: float = _SPIN_MARGIN_S) -> float:
+    """Seconds to sleep before spinning for the next token: until ``margin_s`` before it is due
+    (the last token's time plus the token interval), when the interval is at least ``min_s``;
+    0 when there is no cadence yet, the steps are short, or the token is due within the margin."""
+    if last_token_t is None or interval_s < min_s:
+        return 0.0
+    return max(0.0, last_token_t + interval_s - margin_s - now)
 
 
 @dataclass
@@ -84,6 +101,9 @@ class Runner:
         self._seen_words = -(-model.V // 32)
         self._next_seq = 0
         self._token_interval_s = 0.0  # moving average of the time between published tokens
+        if WAIT_MODE not in ("spin", "sleep"):
+            raise ValueError(f"FIXEDGRAPH_WAIT must be 'spin' or 'sleep', got {WAIT_MODE!r}")
+        self.wait_mode = WAIT_MODE  # how _wait_token waits (see WAIT_MODE)
         self._last_token_t: float | None = None
         self.host_step_s = 0.0  # host time spent preparing + launching decode steps (no waiting)
         self.host_steps = 0
@@ -183,6 +203,10 @@ class Runner:
         idx = (step % self.model.sizes.ring_len) * width + row
         ring = self.ring_i32
         t0 = time.perf_counter()
+        if self.wait_mode == "sleep" and int(ring[idx]) == _SENTINEL:
+            nap = sleep_before_token(t0, self._last_token_t, self._token_interval_s)
+            if nap > 0.0:
+                time.sleep(nap)
         patience = min(_POLL_MAX_S, max(_POLL_MIN_S, 2.0 * self._token_interval_s))
         t_next = t0 + patience
         while True:

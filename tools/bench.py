@@ -117,6 +117,7 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         # where the decode loop ran: its thread's CPUs (FIXEDGRAPH_CPU_AFFINITY), the process's
         # threads, and the machine's CPU time over the decode (steal: a hypervisor ran others)
         "host_cpus": format_cpus(allowed_cpus()), "process_threads": _threads(),
+        "wait_mode": llm.runner.wait_mode,  # FIXEDGRAPH_WAIT: spin, or sleep through long steps
         "machine_cpu_during_decode": _cpu_share(stat0, stat1),
     }
     ours = out.token_ids

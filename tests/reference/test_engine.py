@@ -247,3 +247,39 @@ def test_decode_group_program_and_limits(tiny):
         tiny.model.decode_program(1, False, steps=0)
     with pytest.raises(ValueError, match="decode_group must be at least 1"):
         LLM(weights=(None, None), backend="reference", decode_group=0)
+
+
+def test_sleep_before_token():
+    from fixedgraph.runner import sleep_before_token
+
+    assert sleep_before_token(10.0, None, 0.004) == 0.0  # no cadence yet
+    assert sleep_before_token(10.0, 9.999, 100e-6) == 0.0  # short steps: spin only
+    assert abs(sleep_before_token(10.001, 10.0, 0.004) - (0.004 - 150e-6 - 0.001)) < 1e-12
+    assert sleep_before_token(10.0039, 10.0, 0.004) == 0.0  # due within the margin
+    assert sleep_before_token(10.1, 10.0, 0.004) == 0.0  # late already
+
+
+@pytest.mark.parametrize("mode", ["spin", "sleep"])
+def test_wait_modes_give_the_same_tokens(rng, monkeypatch, mode):
+    # On the lagging reference device a token appears only once the runner queries the stream
+    # (after its patience, >= 1 ms), so the cadence it learns is long and the sleep mode naps
+    # before spinning; the tokens are those of the spinning runner.
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import time as time_mod
+
+    from fixedgraph.testing.checkpoints import hf_config, random_llm
+
+    monkeypatch.setenv("FIXEDGRAPH_REFERENCE_LAG", "1")
+    naps = []
+    real_sleep = time_mod.sleep
+    monkeypatch.setattr(time_mod, "sleep", lambda s: (naps.append(s), real_sleep(s))[1])
+    prompt = rng.integers(0, hf_config("tiny-qwen3").vocab_size, size=20).tolist()
+    llm = random_llm("tiny-qwen3", 5, "reference", 64, prefill_chunk=16)
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    llm.runner.wait_mode = "spin"
+    ref = llm.generate([prompt], params)[0].token_ids
+    llm.runner.wait_mode = mode
+    naps.clear()
+    assert llm.generate([prompt], params)[0].token_ids == ref
+    assert (len(naps) > 0) == (mode == "sleep") and all(0 < s < 0.2 for s in naps)
