@@ -179,7 +179,8 @@ def step_gaps(gaps_us: list[float]) -> dict:
 
 def generate_with_gaps(llm, prompt: list[int], n_new: int) -> tuple[object, list[float]]:
     """Greedy-generate ``n_new`` tokens with the runner's step hook recording an event before and
-    after each decode step's launch; returns the output and the gaps (us) between steps."""
+    after each decode launch (a step, or a group of ``runner.decode_group`` steps); returns the
+    output and the gaps (us) between consecutive launches."""
     from fixedgraph import _driver as drv
 
     r, stream = llm.runner, llm.device.stream
@@ -195,7 +196,10 @@ def generate_with_gaps(llm, prompt: list[int], n_new: int) -> tuple[object, list
     try:
         out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True))[0]
         llm.device.synchronize()
-        gaps = [drv.event_elapsed_ms(after[k], before[k + 1]) * 1e3 for k in sorted(after) if k + 1 in before]
+        # consecutive launches (a launch is one step, or a decode group whose steps run inside
+        # one graph with no host-visible boundary between them)
+        starts = sorted(before)
+        gaps = [drv.event_elapsed_ms(after[a], before[b]) * 1e3 for a, b in zip(starts, starts[1:]) if a in after]
     finally:
         r.step_hook = None
         for e in (*before.values(), *after.values()):

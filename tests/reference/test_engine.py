@@ -115,14 +115,21 @@ def test_token_cadence_sets_the_stall_patience(tiny, rng):
 
 
 def test_step_hook_brackets_every_decode_launch(tiny, rng):
-    """The profiler's hook sees each decode step just before and just after its launch."""
+    """The profiler's hook sees each decode launch just before and just after it, named by its
+    first step: one step per launch, or groups of decode_group then the tail one by one."""
     r, calls = tiny.runner, []
     r.step_hook = lambda step, done: calls.append((step, done))
+    prompt = rng.integers(0, 1000, size=5).tolist()
+    group = r.decode_group
     try:
-        tiny.generate([rng.integers(0, 1000, size=5).tolist()], SamplingParams(max_tokens=7, ignore_eos=True))
+        tiny.generate([prompt], SamplingParams(max_tokens=12, ignore_eos=True))  # 11 decode steps
+        firsts = list(range(1, 12 - (11 % group), group)) + list(range(12 - (11 % group), 12))
+        assert calls == [(k, d) for k in firsts for d in (False, True)]
+        r.decode_group, calls[:] = 1, []
+        tiny.generate([prompt], SamplingParams(max_tokens=7, ignore_eos=True))
+        assert calls == [(k, d) for k in range(1, 7) for d in (False, True)]
     finally:
-        r.step_hook = None
-    assert calls == [(k, d) for k in range(1, 7) for d in (False, True)]
+        r.step_hook, r.decode_group = None, group
 
 
 def test_lookahead_default_and_its_cap(tiny):
