@@ -47,6 +47,9 @@ class LaunchTimes:
     after_wait_us: float | None  # this launch's last exit minus its first wait passed
     step_us: float | None  # this launch's last exit minus the predecessor's
     marks_us: list[float | None] | None = None  # mark k reached by the last CTA, minus the first wait passed
+    # per CTA: mark k minus the CTA's own wait passed (its start when it has no wait), median over
+    # the CTAs that reached it (a phase's typical cost, apart from the stragglers marks_us shows)
+    cta_marks_us: list[float | None] | None = None
 
 
 def parse_records(raw: np.ndarray) -> np.ndarray:
@@ -114,6 +117,12 @@ def launch_times(records: np.ndarray, launches: list[tuple[int, str, str, int]])
                 t.marks_us.append(us(m.max()) - wf if len(m) else None)
             while t.marks_us[-1] is None:
                 t.marks_us.pop()
+            own = np.where(r["tw"] > 0, r["tw"], r["t0"]).astype(np.int64)
+            t.cta_marks_us = []
+            for k in range(len(t.marks_us)):
+                hit = r["marks"][:, k] > 0
+                d = (r["marks"][:, k][hit].astype(np.int64) - own[hit]) / 1e3
+                t.cta_marks_us.append(float(np.median(d)) if len(d) else None)
         out.append(t)
     return out
 
@@ -128,16 +137,21 @@ def by_entry(times: list[LaunchTimes]) -> list[dict]:
             v = [getattr(t, key) for t in ts if getattr(t, key) is not None]
             return float(np.mean(v)) if v else None
 
-        marks = None
-        with_marks = [t.marks_us for t in ts if t.marks_us]
-        if with_marks:
-            marks = []
+        def mean_marks(key):
+            with_marks = [getattr(t, key) for t in ts if getattr(t, key)]
+            if not with_marks:
+                return None
+            out = []
             for k in range(max(len(m) for m in with_marks)):
                 v = [m[k] for m in with_marks if k < len(m) and m[k] is not None]
-                marks.append(float(np.mean(v)) if v else None)
+                out.append(float(np.mean(v)) if v else None)
+            return out
+
+        marks, cta_marks = mean_marks("marks_us"), mean_marks("cta_marks_us")
         rows.append({"entry": entry, "launches": len(ts), "ctas": ts[0].ctas, "sms": mean("sms"),
                      "early_us": mean("early_us"), "release_us": mean("release_us"),
-                     "after_wait_us": mean("after_wait_us"), "step_us": mean("step_us"), "marks_us": marks})
+                     "after_wait_us": mean("after_wait_us"), "step_us": mean("step_us"), "marks_us": marks,
+                     "cta_marks_us": cta_marks})
     return rows
 
 
@@ -153,10 +167,13 @@ def table(times: list[LaunchTimes]) -> str:
     for r in rows:
         marks = "" if not r["marks_us"] else "   marks " + " ".join("-" if m is None else f"{m:.2f}"
                                                                  for m in r["marks_us"])
+        if r["cta_marks_us"]:
+            marks += "   per CTA " + " ".join("-" if m is None else f"{m:.2f}" for m in r["cta_marks_us"])
         lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {f(r['early_us'])} "
                      f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])}{marks}")
     if any(r["marks_us"] for r in rows):
-        lines.append("marks: when the launch's last CTA reached each FG_TRACE_MARK(k), µs after its first wait passed")
+        lines.append("marks: when the launch's last CTA reached each FG_TRACE_MARK(k), µs after its first wait "
+                     "passed; per CTA: the median CTA's mark k after its own wait (its start when it has none)")
     total = times[-1].end_last - times[0].start_first if times else 0.0
     lines.append(f"replay span {total:.1f} µs over {len(times)} launches")
     return "\n".join(lines)

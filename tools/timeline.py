@@ -2,7 +2,7 @@
 passed their PDL wait and exited, per SM. Needs nvcc on the GPU machine: the kernels are rebuilt
 with tracing (tools/build_ptx.py --trace) into a scratch folder the engine then loads.
 
-    python3 tools/timeline.py [--models qwen3-0.6b,qwen3-8b] [--context 128] [--out DIR]
+    python3 tools/timeline.py [--models qwen3-0.6b,qwen3-8b] [--context 128[,4096,...]] [--out DIR]
 
 Prints a table per model (means per entry) and writes timeline_MODEL.json (per launch) and
 timeline_trace_MODEL.json (Perfetto: one track per SM) into --out. The traced kernels sync once
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="qwen3-0.6b")
-    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--context", default="128", help="keys in the decode step; a comma list runs each")
     ap.add_argument("--out", default="timeline_out")
     ap.add_argument("--ptx-dir", default="/tmp/fixedgraph_ptx_trace", help="where the traced PTX is built")
     ap.add_argument("--seed", type=int, default=0)
@@ -40,15 +40,18 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in a.models.split(","):
-        llm = random_llm(name, a.seed, "cuda", a.context + 64)
-        records, launches = timeline.capture(llm, a.context)
-        times = timeline.launch_times(records, launches)
-        print(f"\n{name}, decode at context {a.context}, traced kernels ({len(records)} CTA records):")
-        print(timeline.table(times))
-        (out / f"timeline_{name}.json").write_text(json.dumps(
-            {"model": name, "context": a.context, "launches": timeline.to_json(times),
-             "by_entry": timeline.by_entry(times)}, indent=1))
-        (out / f"timeline_trace_{name}.json").write_text(timeline.chrome_trace(records, launches))
+        contexts = [int(c) for c in a.context.split(",")]
+        llm = random_llm(name, a.seed, "cuda", max(contexts) + 64)
+        for ctx in contexts:
+            records, launches = timeline.capture(llm, ctx)
+            times = timeline.launch_times(records, launches)
+            print(f"\n{name}, decode at context {ctx}, traced kernels ({len(records)} CTA records):")
+            print(timeline.table(times))
+            tag = name if len(contexts) == 1 else f"{name}_{ctx}"
+            (out / f"timeline_{tag}.json").write_text(json.dumps(
+                {"model": name, "context": ctx, "launches": timeline.to_json(times),
+                 "by_entry": timeline.by_entry(times)}, indent=1))
+            (out / f"timeline_trace_{tag}.json").write_text(timeline.chrome_trace(records, launches))
         del llm
     return 0
 

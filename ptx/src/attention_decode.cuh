@@ -70,6 +70,7 @@ __device__ __forceinline__ void arrive_and_merge(
     __syncthreads();
     const bool last = s_last;
     __syncthreads();  // NOTE: s_last is rewritten by this CTA's next work item
+    FG_TRACE_MARK(5);  // arrived (the counter's round trip)
     if (!last) return;
     __threadfence();
 
@@ -117,6 +118,7 @@ __device__ __forceinline__ void arrive_and_merge(
         packed.y = pack_bf16x2(acc.z * inv, acc.w * inv);
         *reinterpret_cast<uint2 *>(out + ((size_t)row * Hq + kvh * G + g) * D + c4 * 4) = packed;
     }
+    FG_TRACE_MARK(6);  // merged (thread 0's share; the last arriver only)
 }
 
 // Per-thread 16-byte chunks of one K/V tile: kDecTileKeys keys x D/8 chunks over the CTA.
@@ -395,6 +397,7 @@ __device__ __forceinline__ void decode_tc(
             // NOTE: the previous pass or work item ended with a barrier: no thread reads s_bt.
             int win0 = sr.start / (int)block_size;
             bt_window(s_bt, bt, win0, (sr.end - 1) / (int)block_size);
+            FG_TRACE_MARK(0);  // the split's block-table window in shared memory
 #pragma unroll
             for (int st = 0; st < kDecStages; ++st) {
                 if (st < n_tiles) {
@@ -418,6 +421,7 @@ __device__ __forceinline__ void decode_tc(
                 rope_pass<D>(s_q, s_ck, s_cv, patch, patch ? patch + TK * LD : nullptr, rp, row,
                              kvh * G + h0, nh, kvh, Hq, Hkv, h0 == 0 ? kv_slot : -1);
             }
+            FG_TRACE_MARK(1);  // after the PDL wait (ROPE: q rotated, the current K/V written)
 
             float o[NT][4];
 #pragma unroll
@@ -431,6 +435,7 @@ __device__ __forceinline__ void decode_tc(
                 const int kb = sr.start + kt * TK + warp * 16;  // this warp's first key
                 cp_async_wait<kDecStages - 1>();  // tile kt landed (later ones may still fly)
                 __syncthreads();
+                if (kt == 0) FG_TRACE_MARK(2);  // the first tile landed
                 if (kb < sr.end) {  // warp-uniform; at least key kb is valid
                     float s[2][4];
 #pragma unroll
@@ -511,6 +516,7 @@ __device__ __forceinline__ void decode_tc(
             }
             cp_async_wait<0>();
             __syncthreads();  // NOTE: s_o aliases the tiles
+            FG_TRACE_MARK(3);  // every key of the split computed
 
             // Per-warp results to shared memory: rows gid and gid + 8 of the M tile.
 #pragma unroll
@@ -566,6 +572,7 @@ __device__ __forceinline__ void decode_tc(
                 }
             }
             __syncthreads();  // NOTE: s_o, s_m, s_l are rewritten by the next pass / work item
+            FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
             arrive_and_merge<D>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);

@@ -53,6 +53,11 @@ def test_phase_marks_report_the_last_cta_per_mark():
     row = timeline.by_entry(times)[0]
     assert row["marks_us"] == pytest.approx([1.5, None, 2.25])
     assert "marks 1.50 - 2.25" in timeline.table(times)
+    # per CTA: each CTA's mark after its own wait, the median over the CTAs that reached it
+    assert times[0].cta_marks_us == pytest.approx([1.25, None, 2.5])
+    assert times[1].cta_marks_us == pytest.approx([0.7, None, 1.2])
+    assert row["cta_marks_us"] == pytest.approx([0.975, None, 1.85])
+    assert "per CTA 0.97 - 1.85" in timeline.table(times) or "per CTA 0.98 - 1.85" in timeline.table(times)
     # no marks anywhere: none reported
     plain = timeline.launch_times(timeline.parse_records(np.array([_rec("A", 0, 0, 1, 2, 3)], dtype=np.uint64)),
                                   [(0, "a", "A", 1)])
