@@ -168,7 +168,7 @@ def graph_ablation(device, bound, reps: int) -> list[dict]:
 
 
 def step_gaps(gaps_us: list[float]) -> dict:
-    """Summary of the GPU's gaps between consecutive decode steps (us)."""
+    """Summary of the GPU's gaps between consecutive decode launches (us): each a step or a group."""
     if not gaps_us:
         return {"steps": 0}
     g = sorted(gaps_us)
@@ -300,7 +300,7 @@ def format_table(res: dict, top: int = 25) -> str:
              f"{res['launches_per_step']} launches"]
     sg = res.get("step_gaps") or {}
     if sg.get("steps"):
-        lines.append(f"GPU gaps between steps (events, {sg['steps']} gaps): mean {sg['mean_us']:.1f} us, "
+        lines.append(f"GPU gaps between decode launches (events, {sg['steps']} gaps): mean {sg['mean_us']:.1f} us, "
                      f"median {sg['median_us']:.1f}, p90 {sg['p90_us']:.1f}, max {sg['max_us']:.1f}; "
                      f"tpot - replay {res.get('gpu_idle_tpot_minus_replay_us', float('nan')):.1f} us")
     if res.get("floor_us"):

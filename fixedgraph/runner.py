@@ -272,8 +272,12 @@ class Runner:
             while True:
                 while launched < max_steps and launched - consumed < self.lookahead:
                     t_host = time.perf_counter()
-                    k = G if G > 1 and max_steps - launched >= G else 1  # a group, or one step (the tail)
+                    # a group, or one step: the tail shorter than a group, and the steps up to a
+                    # context-bucket boundary a group would straddle (every step then runs the
+                    # bucket's graph a single step would, so the tokens never depend on the group)
                     first = launched + 1
+                    k = G if (G > 1 and max_steps - launched >= G
+                              and bucket_of(n + first) == bucket_of(n + first + G - 1)) else 1
                     for step in range(first, first + k):  # each step's metadata into its own slot
                         pos = n + step - 1
                         if pos % bs == 0 or pos >= len(table) * bs:

@@ -215,8 +215,8 @@ def test_lagging_device_gives_the_same_tokens(rng, monkeypatch, prompt_len):
 @pytest.mark.parametrize("lag", ["0", "1"])
 def test_decode_groups_give_the_tokens_of_single_steps(rng, monkeypatch, lag):
     # k decode steps per graph launch (decode_group): the same tokens as one step per launch,
-    # greedy and seeded sampling, across a context bucket (keys 121.. cross 128), with a tail
-    # shorter than a group, a stop token inside a group, and (lag 1) passes that run only as the
+    # greedy and seeded sampling, across a context bucket (keys 121.. cross 128; no group
+    # straddles it, so each step runs the graph of its own bucket), with a tail shorter than a group, a stop token inside a group, and (lag 1) passes that run only as the
     # host waits, as on a GPU stream
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -241,6 +241,8 @@ def test_decode_groups_give_the_tokens_of_single_steps(rng, monkeypatch, lag):
         assert llm.runner.host_step_stats()["steps"] >= 14 + 14 + 6
         if group == 4:
             assert calls == [1, 5, 9, 13, 14]  # launches: three groups, then the tail step by step
+        if group == 3:  # keys 127-129 and 128-130 would straddle the 128-key bucket: single steps
+            assert calls == [1, 4, 7, 8, 9, 12]
     assert outs[1] == outs[3] == outs[4], outs
     assert outs[1][2] == outs[1][0][: outs[1][0].index(outs[1][0][6]) + 1]
 
