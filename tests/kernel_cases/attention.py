@@ -325,6 +325,9 @@ SPLIT_DECODE_CASES["attention_decode_split_r4_s16_h8kv2_d64"] = (4, 16, 8, 2, 64
 # the merge stages partials in shared memory: G = 8 at D = 64 and G = 5 at D = 96 take two chunks
 SPLIT_DECODE_CASES["attention_decode_split_r3_s32_h64kv8_d64"] = (3, 32, 64, 8, 64)
 SPLIT_DECODE_CASES["attention_decode_split_r3_s32_h40kv8_d96"] = (3, 32, 40, 8, 96)
+# G = 1 (MHA) with up to 32 splits: the last arriver's merge with most of its lanes idle
+SPLIT_DECODE_CASES["attention_decode_split_r4_s32_h8kv8_d128"] = (4, 32, 8, 8, 128)
+SPLIT_DECODE_CASES["attention_decode_split_r2_s32_h16kv16_d64"] = (2, 32, 16, 16, 64)
 
 # name -> (rows, block_size, Hq, Hkv, D, num_splits, qk_norm, seq_len per row, row with slot -1)
 ROPE_CASES = {
