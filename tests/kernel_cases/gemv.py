@@ -94,6 +94,11 @@ def random_case(rng):
 # elements of x may sit one bf16 step from the kernel's (an fp32 vs float64 rms or exp right at
 # a rounding boundary); each moves an f32 output by ~|w| * 2^-8 * |x|, hence FUSED_F32_OUT.
 FUSED_F32_OUT = Check(atol=2e-3, rtol=1e-3)
+# The SwiGLU epilogue rounds gate and up to bf16 from an f32 accumulation before silu(gate) * up:
+# where the exact value lies near a bf16 rounding boundary, gate or up lands one ulp (0.4%) from
+# the float64 reference's, and silu, the product and their roundings carry that to up to two
+# output ulps (1.6% at the bottom of a binade; seen once in ~25000 outputs).
+SILU_EPILOGUE_OUT = Check(atol=1e-2, rtol=2e-2)
 EPS = 1e-6
 
 
@@ -152,7 +157,7 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
             want["hidden_out"] = h
         return want
 
-    checks = {"out": FUSED_F32_OUT if out_f32 else BF16_OUT}
+    checks = {"out": FUSED_F32_OUT if out_f32 else SILU_EPILOGUE_OUT if silu else BF16_OUT}
     if hidden_out:
         checks["hidden_out"] = Check()  # exactly hidden_in + delta in fp32
     notes = f"rows={rows} N={N} K={K} delta={delta} hidden_out={hidden_out} bias={bias} f32out={out_f32}"
