@@ -93,13 +93,20 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
     m = out.metrics
     weight_bytes = llm.weight_bytes
     floor_ms = weight_bytes / (copy_gbps * 1e9) * 1e3
+    # what a step must also read at long contexts: every layer's K and V (bf16) of the keys so
+    # far, here at the decode's mean context
+    c = llm.config
+    kv_bytes = c.num_layers * 2 * c.num_kv_heads * c.head_dim * 2 * (prompt_len + n_new / 2)
+    floor_kv_ms = (weight_bytes + kv_bytes) / (copy_gbps * 1e9) * 1e3
     host = llm.runner.host_step_stats()
     replay_ms = graph_replay_ms(llm)
     res = {
         "model": name, "weight_GB": weight_bytes / 1e9, "boot_s": boot_s,
         "fixedgraph_ms_per_token": m.tpot_s * 1e3, "fixedgraph_tok_per_s": m.tokens_per_s,
         "fixedgraph_ttft_ms": m.ttft_s * 1e3, "graph_replay_gpu_ms": replay_ms,
-        "floor_ms": floor_ms, "fraction_of_floor": floor_ms / (m.tpot_s * 1e3),
+        "floor_ms": floor_ms, "fraction_of_floor": floor_ms / (m.tpot_s * 1e3),  # weights only
+        "kv_GB_per_step": kv_bytes / 1e9, "floor_with_kv_ms": floor_kv_ms,
+        "fraction_of_floor_with_kv": floor_kv_ms / (m.tpot_s * 1e3),
         "host_us_per_step": host.get("mean_us", float("nan")),
         "host_us_per_step_median": host.get("median_us", float("nan")),
         "host_launch_us_median": host.get("launch_median_us", float("nan")),  # of which cuGraphLaunch
@@ -216,6 +223,9 @@ def main() -> int:
               f"{r.get('host_launch_us_median', nan):>6.1f} {r.get('profile_idle_between_steps_us', nan):>8.1f} "
               f"{r.get('hf_eager_ms_per_token', nan):>9.3f} {r.get('torch_graph_ms_per_token', nan):>11.3f} "
               f"{r.get('torch_compile_ms_per_token', nan):>13.3f}")
+        if r["kv_GB_per_step"] * 1e9 > 0.1 * r["weight_GB"] * 1e9:  # long contexts: the floor with K/V reads
+            print(f"  with K/V ({r['kv_GB_per_step']:.2f} GB a step at the mean context): floor "
+                  f"{r['floor_with_kv_ms']:.3f} ms, ours at {r['fraction_of_floor_with_kv']:.2f} of it")
         for peer in PEERS:
             if f"{peer}_error" in r:
                 print(f"  {peer}: {r[peer + '_error']}")
