@@ -47,13 +47,19 @@ def cmd_bench(args) -> int:
     prompt = np.random.default_rng(0).integers(0, vocab, size=args.prompt_tokens).tolist()
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
     llm.generate([prompt], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))  # warm up
+    llm.runner.reset_host_stats()
     m = llm.generate([prompt], params)[0].metrics
+    host = llm.runner.host_step_stats()  # the host's work per decode step (metadata + launch)
     res = {"model": str(llm.model_path), "backend": llm.device.kind, "prompt_tokens": args.prompt_tokens,
            "new_tokens": args.max_tokens, "ms_per_token": m.tpot_s * 1e3, "tok_per_s": m.tokens_per_s,
-           "ttft_ms": m.ttft_s * 1e3, "weight_GB": llm.weight_bytes / 1e9}
+           "ttft_ms": m.ttft_s * 1e3, "weight_GB": llm.weight_bytes / 1e9,
+           "host_us_per_step_median": host.get("median_us"), "host_us_per_step_p90": host.get("p90_us"),
+           "launch_us_median": host.get("launch_median_us")}
+    hs = (f", host {res['host_us_per_step_median']:.1f} us/step median (launch call "
+          f"{res['launch_us_median']:.1f})" if host else "")
     print(json.dumps(res, indent=1) if args.json else
           f"{res['backend']}: {res['ms_per_token']:.3f} ms/token ({res['tok_per_s']:.1f} tok/s), "
-          f"TTFT {res['ttft_ms']:.1f} ms, {args.prompt_tokens}-token prompt, {args.max_tokens} new tokens")
+          f"TTFT {res['ttft_ms']:.1f} ms, {args.prompt_tokens}-token prompt, {args.max_tokens} new tokens{hs}")
     return 0
 
 

@@ -63,9 +63,20 @@ def doctor(backend: str | None = None) -> dict:
     if device.kind == "reference":
         report["why_reference"] = _why_no_cuda()
     report["device"] = device.properties()
+    report["host"] = _host_cpus(report["device"].get("pci_bus_id"))
     report["ptx"] = {"modules": len(module_paths()), "entries": len(entry_index())}
     report["smoke_graph"] = smoke_graph(device)
     return report
+
+
+def _host_cpus(pci_bus_id: str | None) -> dict:
+    """The CPUs this process may run on and those the kernel lists as local to the GPU (where
+    the decode loop's thread belongs on a host with several NUMA nodes; LLM(cpu_affinity="gpu"))."""
+    from fixedgraph import hostcpu
+
+    local = hostcpu.gpu_local_cpus(pci_bus_id) if pci_bus_id else None
+    return {"cpus_allowed": hostcpu.format_cpus(hostcpu.allowed_cpus()), "gpu_pci_bus_id": pci_bus_id,
+            "gpu_local_cpus": hostcpu.format_cpus(local) if local else None}
 
 
 def _why_no_cuda() -> str:
@@ -88,6 +99,11 @@ def format_report(r: dict) -> str:
         lines.append(f"GPU: {d['name']}  sm_{d['cc_major']}{d['cc_minor']}  {d['sm_count']} SMs  "
                      f"{d['total_memory'] / 2**30:.1f} GiB ({d.get('free_memory', 0) / 2**30:.1f} free)  "
                      f"L2 {d['l2_bytes'] / 2**20:.0f} MiB  driver {d['driver_version']}")
+    h = r.get("host", {})
+    if h:
+        near = (f"; the GPU ({h['gpu_pci_bus_id']}) is local to CPUs {h['gpu_local_cpus']}"
+                if h.get("gpu_local_cpus") else "")
+        lines.append(f"host: CPUs {h['cpus_allowed']} allowed{near}")
     lines.append(f"PTX: {r['ptx']['modules']} modules, {r['ptx']['entries']} kernel entries")
     s = r["smoke_graph"]
     lines.append(f"smoke graph: {s['nodes']} nodes, built in {s['graph_build_ms']:.1f} ms, ran in "

@@ -79,17 +79,21 @@ def resolve(spec: str | None, pci_bus_id: str | None, allowed: set[int],
 
 def format_cpus(cpus: set[int]) -> str:
     """{0, 1, 2, 5} -> "0-2,5"."""
-    out, run = [], []
+    runs: list[list[int]] = []
     for c in sorted(cpus):
-        if run and c == run[-1] + 1:
-            run.append(c)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [c]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+def allowed_cpus() -> set[int]:
+    """The CPUs the calling thread may run on (taskset, cgroups), or all of them where the OS
+    does not say."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
 
 
 def bind_thread(spec: str | None, pci_bus_id: str | None) -> set[int] | None:
@@ -97,8 +101,7 @@ def bind_thread(spec: str | None, pci_bus_id: str | None) -> set[int] | None:
     when the affinity was left alone."""
     if not hasattr(os, "sched_setaffinity"):
         return None
-    allowed = set(os.sched_getaffinity(0))
-    cpus = resolve(spec, pci_bus_id, allowed)
+    cpus = resolve(spec, pci_bus_id, allowed_cpus())
     if cpus is not None:
         os.sched_setaffinity(0, cpus)  # pid 0: the calling thread on Linux
     return cpus

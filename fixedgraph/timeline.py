@@ -149,12 +149,13 @@ def table(times: list[LaunchTimes]) -> str:
              f"{'step':>7s}   (µs per launch, means; early: resident before the predecessor's last CTA "
              "exited; release: its first wait passed after that exit; after: run after that wait; step: "
              "its last exit after the predecessor's)"]
-    for r in by_entry(times):
+    rows = by_entry(times)
+    for r in rows:
         marks = "" if not r["marks_us"] else "   marks " + " ".join("-" if m is None else f"{m:.2f}"
                                                                  for m in r["marks_us"])
         lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {f(r['early_us'])} "
                      f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])}{marks}")
-    if any(r["marks_us"] for r in by_entry(times)):
+    if any(r["marks_us"] for r in rows):
         lines.append("marks: when the launch's last CTA reached each FG_TRACE_MARK(k), µs after its first wait passed")
     total = times[-1].end_last - times[0].start_first if times else 0.0
     lines.append(f"replay span {total:.1f} µs over {len(times)} launches")

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 import peers  # noqa: E402
 from fixedgraph.engine import LLM  # noqa: E402
-from fixedgraph.hostcpu import format_cpus  # noqa: E402
+from fixedgraph.hostcpu import allowed_cpus, format_cpus  # noqa: E402
 from fixedgraph.models.config import ModelConfig  # noqa: E402
 from fixedgraph.profile import gpu_ms  # noqa: E402
 from fixedgraph.sampling import SamplingParams  # noqa: E402
@@ -115,7 +115,7 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         "decode_nodes": llm.runner.decode_graph(prompt_len + 1).num_nodes,
         # where the decode loop ran: its thread's CPUs (FIXEDGRAPH_CPU_AFFINITY), the process's
         # threads, and the machine's CPU time over the decode (steal: a hypervisor ran others)
-        "host_cpus": format_cpus(set(os.sched_getaffinity(0))), "process_threads": _threads(),
+        "host_cpus": format_cpus(allowed_cpus()), "process_threads": _threads(),
         "machine_cpu_during_decode": _cpu_share(stat0, stat1),
     }
     ours = out.token_ids
@@ -199,8 +199,6 @@ def main() -> int:
                     help="comma-separated decode lookaheads to re-run the generation with (host time vs queue depth)")
     ap.add_argument("--profile-dir", help="also profile each model's decode step; write JSON + traces here")
     args = ap.parse_args()
-    import os
-
     commit = os.environ.get("FIXEDGRAPH_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     copy_gbps = peers.copy_bandwidth_GBps()

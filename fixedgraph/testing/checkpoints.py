@@ -79,8 +79,6 @@ def cast_model(model, dtype):
         mod, _, leaf = n.rpartition(".")
         owner = model.get_submodule(mod) if mod else model
         owner._buffers[leaf] = b.to(owner._buffers[leaf].device)
-        if hasattr(owner, "original_inv_freq") and leaf == "inv_freq" and "original_inv_freq" not in owner._buffers:
-            owner.original_inv_freq = owner._buffers[leaf]
     return model
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fixedgraph.testing.checkpoints import cast_model
+
 
 def hf_logits(model, tokens: list[int]) -> np.ndarray:
     """float32 logits of a transformers model at every position: [len(tokens), vocab]."""
@@ -39,8 +41,6 @@ def compare_teacher_forced(llm, model, tokens: list[int], prompt_len: int) -> di
 
     ours = llm.runner.teacher_forced_logits(tokens, prompt_len)
     ref = hf_logits(model, tokens)[prompt_len - 1 :]
-    from fixedgraph.testing.checkpoints import cast_model
-
     hf_bf16 = hf_logits(cast_model(copy.deepcopy(model), torch.bfloat16), tokens)[prompt_len - 1 :]
     errs = step_errors(ours, ref)
     floor = step_errors(hf_bf16, ref)
