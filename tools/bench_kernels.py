@@ -11,7 +11,9 @@ run. ``--smoke`` runs tiny shapes on the reference backend to check the programs
 Two attention probes run beside each context: ``attn_rows8_hkv1`` (the same bytes and CTAs with
 each CTA's K/V of a block contiguous: the pool layout's cost) and ``attention_decode_seqbt``
 (blocks in pool order instead of shuffled: the block table's). ``--ctx 32768`` times one context,
-e.g. under ``ncu``.
+e.g. under ``ncu``. ``--only staging [--staging-kb 48 96 190]``: how fast one CTA per SM brings
+that much global memory into its shared memory, by method (bulk copies by 1-16 issuing threads
+in 4-64 KiB chunks, cp.async, register loads), as aggregate and per-SM GB/s.
 """
 from __future__ import annotations
 
@@ -136,6 +138,52 @@ def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8,
             **time_program(dev, prog, arena, c, smoke)}
 
 
+STAGING_VARIANTS = (  # (label, mode, chunk bytes, issuing threads): see stage_probe in runtime_test.cu
+    ("bulk 16K x1", 0, 16384, 1), ("bulk 16K x4", 0, 16384, 4), ("bulk 16K x12", 0, 16384, 12),
+    ("bulk 4K x1", 0, 4096, 1), ("bulk 4K x16", 0, 4096, 16), ("bulk 64K x1", 0, 65536, 1),
+    ("cp.async 16B", 1, 0, 0), ("ld.v4 -> st.shared", 2, 0, 0))
+
+
+def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384) -> list[dict]:
+    """One CTA per SM (its shared memory holds ``nbytes``) stages ``nbytes`` of global memory
+    into shared memory, by each method of STAGING_VARIANTS: the question behind the slab GEMVs'
+    and the one-launch MLP block's slow phases (BENCHMARKS, session 10). Per launch: the span
+    from the first CTA's start to the last CTA's end (%globaltimer in the kernel), so the
+    launch's own latency is left out, and the median CTA's time: aggregate and per-SM GB/s."""
+    G = 2 if smoke else int(dev.properties()["sm_count"])
+    per_launch = G * nbytes
+    c = copies_for(per_launch, smoke)
+    plan = ArenaPlan()
+    for i in range(c):
+        plan.add(f"src{i}", (per_launch // 4,), "u32")
+        plan.add(f"ns{i}", (2 * G,), "u64")
+        plan.add(f"sum{i}", (G,), "u32")
+    arena = dev.arena(plan)
+    for i in range(c):
+        arena.write(f"src{i}", rng.integers(0, 1 << 32, size=per_launch // 4, dtype=np.uint64).astype(np.uint32))
+    out = []
+    for label, mode, chunk, issuers in STAGING_VARIANTS:
+        if mode == 0 and -(-nbytes // chunk) > 64:
+            continue
+        prog = Program(f"staging.{label}")
+        for i in range(c):
+            prog.launch("stage_probe", (G,), (threads,), [Ref(f"src{i}"), Ref(f"ns{i}"), Ref(f"sum{i}"), nbytes, chunk,
+                                                          issuers, mode], shared=nbytes)
+        r = time_program(dev, prog, arena, c, smoke, free=False)
+        want = np.bitwise_xor.reduce(arena.read(f"src{c - 1}").reshape(G, -1), axis=1)
+        if not np.array_equal(arena.read(f"sum{c - 1}"), want):
+            raise RuntimeError(f"stage_probe {label}: the staged bytes' checksums are wrong")
+        ns = arena.read(f"ns{c - 1}").astype(np.int64).reshape(G, 2)
+        span = max(1, int(ns[:, 1].max() - ns[:, 0].min())) if not smoke else 1
+        cta = float(np.median(ns[:, 1] - ns[:, 0])) if not smoke else 1.0
+        out.append({"kernel": "staging", "shape": label, "bytes": per_launch, "cta_bytes": nbytes, **r,
+                    "span_us": span / 1e3, "span_GBps": per_launch / span, "cta_median_us": cta / 1e3,
+                    "per_sm_GBps": nbytes / max(cta, 1.0)})
+    if not smoke:
+        dev.free(arena.base)
+    return out
+
+
 def time_program(dev, prog, arena, launches: int, smoke: bool, free: bool = True) -> dict:
     graph = dev.graph(dev.bind(prog, arena))
     if smoke:
@@ -154,7 +202,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
-    ap.add_argument("--only", choices=("gemv", "attention"), help="time only these kernels")
+    ap.add_argument("--only", choices=("gemv", "attention", "staging"), help="time only these kernels")
+    ap.add_argument("--staging-kb", type=int, nargs="+", default=[48, 96, 190],
+                    help="staging probe: KiB per CTA (one CTA per SM)")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
     ap.add_argument("--gemv-shape", help="only this GEMV weight shape, NxK (e.g. 1024x2048, under ncu)")
     ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 8192, 16384, 32768],
@@ -170,6 +220,7 @@ def main() -> int:
         rows += bench_gemv(dev, 64, 96, "silu", True, rng)
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=1, D=64, rows=3))
+        rows += bench_staging(dev, 4096, True, rng)
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
     import torch  # the copy-bandwidth ceiling, measured the same way as tools/bench.py
@@ -179,7 +230,10 @@ def main() -> int:
 
     copy = peers.copy_bandwidth_GBps()
     del torch
-    for model, shapes in (GEMV_SHAPES.items() if args.only != "attention" else ()):
+    if args.only == "staging":
+        for kb in args.staging_kb:
+            rows += bench_staging(dev, kb * 1024, False, rng)
+    for model, shapes in (GEMV_SHAPES.items() if args.only in (None, "gemv") else ()):
         if args.gemv_model and model != args.gemv_model:
             continue
         # what the decode step launches: norm+qkv, o_proj, norm+gate_up+silu, down (and the
@@ -192,7 +246,7 @@ def main() -> int:
                 for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K)):
                     r["model"] = model
                     rows.append(r)
-    for ctx in (args.ctx if args.only != "gemv" else ()):
+    for ctx in (args.ctx if args.only in (None, "attention") else ()):
         rows.append(bench_attention(dev, ctx, False, rng))
         # layout probe: same bytes and CTAs, each CTA's K/V of a block one contiguous run
         rows.append(bench_attention(dev, ctx, False, rng, Hq=4, Hkv=1, rows=8))
@@ -212,6 +266,10 @@ def main() -> int:
         b = min(rs, key=lambda r: r["us"])
         print(f"{kernel:<20} {shape:<16} {d['bytes'] / 1e6:>7.1f} {d.get('split', '-')!s:>3} {d['us']:>8.2f} "
               f"{d['fraction'] * 100:>7.0f}%  {b.get('split', '-')!s:>6} {b['us']:>8.2f} {b['fraction'] * 100:>7.0f}%")
+    for r in (r for r in rows if r["kernel"] == "staging"):
+        print(f"staging {r['cta_bytes'] >> 10:>4} KiB/CTA {r['shape']:<20} span {r['span_us']:7.2f} us "
+              f"{r['span_GBps']:7.0f} GB/s ({r['span_GBps'] / copy * 100:3.0f}% of copy), median CTA "
+              f"{r['cta_median_us']:6.2f} us = {r['per_sm_GBps']:5.1f} GB/s per SM")
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_GBps": copy, "rows": rows}, indent=1))
     return 0

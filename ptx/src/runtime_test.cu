@@ -95,3 +95,89 @@ extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
     // still read it.
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+
+// Shared-memory staging probe (tools/bench_kernels.py --only staging): how fast one CTA per SM
+// can bring `bytes` of global memory into its shared memory, by method. CTA b reads
+// src[b * bytes .. (b + 1) * bytes) (16-byte aligned, bytes a multiple of 16) into its dynamic
+// shared memory (at least `bytes`) and writes out[2b] = %globaltimer at entry, out[2b + 1] = when
+// every byte has landed and the whole CTA has seen it, and out[2 * gridDim.x + b] = a checksum
+// word (the xor of the staged u32 words, so the copy cannot be optimised away and is checked).
+// mode 0: cp.async.bulk (TMA, non-tensor) in chunks of `chunk` bytes, issued by threads
+//         0 .. issuers-1 round-robin, one mbarrier per chunk (at most 64 chunks);
+// mode 1: cp.async 16-byte copies (LDGSTS) from every thread, then one wait;
+// mode 2: 16-byte loads into registers by every thread, stored to shared memory (8 in flight).
+#define STAGE_PROBE_MAX_CHUNKS 64
+extern __shared__ __align__(128) unsigned char stage_probe_smem[];
+
+extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, unsigned long long* __restrict__ ns,
+                                       unsigned int* __restrict__ sum,
+                                       unsigned int bytes, unsigned int chunk, unsigned int issuers,
+                                       unsigned int mode) { FG_KERNEL_BEGIN();
+    __shared__ __align__(8) unsigned long long bars[STAGE_PROBE_MAX_CHUNKS];
+    __shared__ unsigned int xor_part[32];
+    FG_PDL_WAIT();
+    unsigned long long t0;  // after the wait: the copy's own time
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const unsigned char* base = src + (size_t)blockIdx.x * bytes;
+    const unsigned int dst = (unsigned int)__cvta_generic_to_shared(stage_probe_smem);
+    const unsigned int nchunks = chunk ? (bytes + chunk - 1) / chunk : 0;
+    if (mode == 0 && (nchunks == 0 || nchunks > STAGE_PROBE_MAX_CHUNKS || chunk % 16 != 0)) return;
+    if (mode == 0) {
+        if (threadIdx.x == 0) {
+            for (unsigned int c = 0; c < nchunks; ++c) {
+                const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[c]);
+                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+        }
+        __syncthreads();
+        if (threadIdx.x < issuers) {
+            for (unsigned int c = threadIdx.x; c < nchunks; c += issuers) {
+                const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[c]);
+                const unsigned int n = min(chunk, bytes - c * chunk);
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(n) : "memory");
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                             ::"r"(dst + c * chunk), "l"(base + (size_t)c * chunk), "r"(n), "r"(bar) : "memory");
+            }
+        }
+        for (unsigned int c = 0; c < nchunks; ++c) {  // every thread waits for every chunk
+            const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[c]);
+            unsigned int done = 0;
+            while (!done)
+                asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+                             " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
+        }
+    } else if (mode == 1) {
+        for (unsigned int i = threadIdx.x * 16; i < bytes; i += blockDim.x * 16)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + i), "l"(base + i) : "memory");
+        asm volatile("cp.async.wait_all;" ::: "memory");
+    } else {
+        const uint4* s4 = reinterpret_cast<const uint4*>(base);
+        uint4* d4 = reinterpret_cast<uint4*>(stage_probe_smem);
+        const unsigned int n4 = bytes / 16;
+        for (unsigned int i = threadIdx.x; i < n4; i += 8 * blockDim.x) {
+            uint4 v[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                if (i + j * blockDim.x < n4) v[j] = __ldcs(s4 + i + j * blockDim.x);
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                if (i + j * blockDim.x < n4) d4[i + j * blockDim.x] = v[j];
+        }
+    }
+    __syncthreads();
+    unsigned long long t1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    unsigned int x = 0;
+    const unsigned int* w = reinterpret_cast<const unsigned int*>(stage_probe_smem);
+    for (unsigned int i = threadIdx.x; i < bytes / 4; i += blockDim.x) x ^= w[i];
+    for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+    if ((threadIdx.x & 31) == 0) xor_part[threadIdx.x >> 5] = x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (unsigned int k = 1; k < (blockDim.x + 31) / 32; ++k) x ^= xor_part[k];
+        ns[2 * blockIdx.x] = t0;
+        ns[2 * blockIdx.x + 1] = t1;
+        sum[blockIdx.x] = x;
+    }
+}

@@ -68,3 +68,20 @@ def cluster_case(rng):
 
     return KernelCase("cluster_probe", p, {"out": poison(2 * nblocks, "u32")}, {"out": Check()},
                       reference=reference, notes=f"grid {grid} cluster {cluster}")
+
+
+@kernel_case("stage_probe")
+def stage_probe_case(rng):
+    # every staging method brings each CTA's slice into shared memory: the xor of its words
+    G = int(rng.integers(1, 9))
+    mode = int(rng.integers(0, 3))
+    chunk = int(rng.choice([4096, 16384])) if mode == 0 else 0
+    nbytes = 16 * int(rng.integers(1, (chunk * 64 if mode == 0 else 65536) // 16 // 4))
+    issuers = int(rng.choice([1, 4, 32]))
+    p = Program("stage_probe")
+    p.launch("stage_probe", (G,), (int(rng.choice([128, 256, 384])),),
+             [Ref("src"), Ref("ns"), Ref("sum"), nbytes, chunk, issuers, mode], shared=nbytes)
+    src = Buffer(rng.integers(0, 1 << 32, size=G * nbytes // 4, dtype=np.uint64).astype(np.uint32), "u32")
+    return KernelCase("stage_probe", p, {"src": src, "ns": poison(2 * G, "u64"), "sum": poison(G, "u32")},
+                      {"sum": Check()},
+                      reference=lambda v: {"sum": np.bitwise_xor.reduce(v["src"].reshape(G, -1), axis=1)})

@@ -57,3 +57,14 @@ def cluster_probe(mem, grid, block, out, *, cluster=(1, 1, 1)):
     o = mem.view(out, np.uint32, 2 * nblocks)
     o[:nblocks] = rank | (n << np.uint32(8))
     o[nblocks:] = (rank + 1) % n  # the neighbour's rank, read from its shared memory
+
+
+@twin("stage_probe")
+def stage_probe(mem, grid, block, src, ns, sum_, nbytes, chunk, issuers, mode):
+    """The checksum of each CTA's staged bytes; no clock on the reference backend (times 0)."""
+    G = grid[0]
+    if nbytes % 16 or (mode == 0 and (chunk == 0 or chunk % 16 or -(-nbytes // chunk) > 64)):
+        return
+    words = mem.view(src, np.uint32, G * nbytes // 4).reshape(G, nbytes // 4)
+    mem.view(sum_, np.uint32, G)[:] = np.bitwise_xor.reduce(words, axis=1)
+    mem.view(ns, np.uint64, 2 * G)[:] = 0
