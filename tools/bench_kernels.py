@@ -184,6 +184,53 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384) -> lis
     return out
 
 
+HOL_TABLE = 1 << 14  # chase entries (64 KiB): stays in L2 between the probe's launches
+
+
+def bench_hol(dev, inflight: int, mode: int, smoke: bool, rng, hops: int = 8, threads: int = 256) -> dict:
+    """One CTA per SM issues ``inflight`` bytes of copies from DRAM into its shared memory
+    (mode 0: cp.async from every thread, as the GEMV preload; 1: bulk copies by one thread) and,
+    without waiting for them, times ``hops`` dependent L2-hit loads: does a CTA's own preload
+    delay the loads after its PDL wait (the fused GEMVs' prologues take ~1.9 us for one round
+    trip)? Per CTA: ns per hop and until the copies landed (medians and p90 over the SMs)."""
+    G = 2 if smoke else int(dev.properties()["sm_count"])
+    per_launch = max(16, G * inflight)
+    c = 2 if smoke or inflight == 0 else copies_for(per_launch, smoke)
+    plan = ArenaPlan()
+    plan.add("chase", (HOL_TABLE,), "u32")
+    for i in range(c):
+        plan.add(f"src{i}", (per_launch // 4,), "u32")
+        plan.add(f"ns{i}", (3 * G,), "u64")
+        plan.add(f"last{i}", (G,), "u32")
+    arena = dev.arena(plan)
+    perm = rng.permutation(HOL_TABLE).astype(np.uint32)  # one cycle through every entry
+    chase = np.empty(HOL_TABLE, np.uint32)
+    chase[perm] = np.roll(perm, -1)
+    arena.write("chase", chase)
+    label = f"{inflight >> 10} KiB {'cp.async' if mode == 0 else 'bulk'}"
+    prog = Program(f"hol.{label}")
+    for i in range(c):
+        prog.launch("l2_hol_probe", (G,), (threads,), [Ref(f"src{i}"), Ref("chase"), Ref(f"ns{i}"), Ref(f"last{i}"), inflight, hops,
+                                                        mode], shared=max(inflight, 16))
+    r = time_program(dev, prog, arena, c, smoke, free=False)
+    ns = arena.read(f"ns{c - 1}").astype(np.int64).reshape(G, 3)
+    want = []
+    for b in range(G):
+        j = 7 * b
+        for _ in range(hops):
+            j = int(chase[j])
+        want.append(j)
+    if not np.array_equal(arena.read(f"last{c - 1}"), want):
+        raise RuntimeError("l2_hol_probe: the chase chains ended at the wrong index")
+    if not smoke:
+        dev.free(arena.base)
+    hop = ns[:, 1] / hops
+    return {"kernel": "hol", "shape": label, "bytes": per_launch, "cta_bytes": inflight, "mode": mode, **r,
+            "hop_ns_median": float(np.median(hop)), "hop_ns_p90": float(np.percentile(hop, 90)),
+            "issue_us_median": float(np.median(ns[:, 0])) / 1e3, "issue_us_p90": float(np.percentile(ns[:, 0], 90)) / 1e3,
+            "landed_us_median": float(np.median(ns[:, 2])) / 1e3}
+
+
 def time_program(dev, prog, arena, launches: int, smoke: bool, free: bool = True) -> dict:
     graph = dev.graph(dev.bind(prog, arena))
     if smoke:
@@ -202,9 +249,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
-    ap.add_argument("--only", choices=("gemv", "attention", "staging"), help="time only these kernels")
+    ap.add_argument("--only", choices=("gemv", "attention", "staging", "hol"), help="time only these kernels")
     ap.add_argument("--staging-kb", type=int, nargs="+", default=[48, 96, 190],
                     help="staging probe: KiB per CTA (one CTA per SM)")
+    ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
+                    help="hol probe: KiB of copies in flight per CTA (one CTA per SM)")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
     ap.add_argument("--gemv-shape", help="only this GEMV weight shape, NxK (e.g. 1024x2048, under ncu)")
     ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 8192, 16384, 32768],
@@ -221,6 +270,7 @@ def main() -> int:
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=1, D=64, rows=3))
         rows += bench_staging(dev, 4096, True, rng)
+        rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
     import torch  # the copy-bandwidth ceiling, measured the same way as tools/bench.py
@@ -230,6 +280,8 @@ def main() -> int:
 
     copy = peers.copy_bandwidth_GBps()
     del torch
+    if args.only == "hol":
+        rows += [bench_hol(dev, kb * 1024, m, False, rng) for m in (0, 1) for kb in args.hol_kb if kb or m == 0]
     if args.only == "staging":
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng)
@@ -270,6 +322,9 @@ def main() -> int:
         print(f"staging {r['cta_bytes'] >> 10:>4} KiB/CTA {r['shape']:<20} span {r['span_us']:7.2f} us "
               f"{r['span_GBps']:7.0f} GB/s ({r['span_GBps'] / copy * 100:3.0f}% of copy), median CTA "
               f"{r['cta_median_us']:6.2f} us = {r['per_sm_GBps']:5.1f} GB/s per SM")
+    for r in (r for r in rows if r["kernel"] == "hol"):
+        print(f"hol {r['shape']:<18} issue {r['issue_us_median']:5.2f} us (p90 {r['issue_us_p90']:5.2f}); L2 hop median "
+              f"{r['hop_ns_median']:7.0f} ns p90 {r['hop_ns_p90']:7.0f} ns; copies landed {r['landed_us_median']:6.2f} us after the chain's start")
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_GBps": copy, "rows": rows}, indent=1))
     return 0

@@ -181,3 +181,67 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
         sum[blockIdx.x] = x;
     }
 }
+
+// Load latency under a CTA's own outstanding copies (tools/bench_kernels.py --only hol): the
+// question behind the fused GEMVs' slow prologues (their CTAs issue their W preload just before
+// the PDL wait, then read the residual row, an L2 hit, after it). Each CTA first issues
+// `inflight` bytes of copies of src[b * inflight ..] (cold: DRAM) into its shared memory without
+// waiting for them (mode 0: 16-byte cp.async from every thread, as the GEMV preload; mode 1:
+// cp.async.bulk by thread 0 in 16 KiB chunks on one mbarrier), then thread 0 follows `hops`
+// dependent L2 loads through chase (chase[i]: the next index, a small table that stays in L2),
+// then every thread waits for its copies. ns[3b] = thread 0's ns to issue its copies (a full
+// request queue stalls it), ns[3b + 1] = the chain's ns, ns[3b + 2] = ns from the chain's start
+// until the copies landed, last[b] = the chain's last index (so it is kept).
+extern "C" __global__ void l2_hol_probe(const unsigned char* __restrict__ src, const unsigned int* __restrict__ chase,
+                                        unsigned long long* __restrict__ ns, unsigned int* __restrict__ last,
+                                        unsigned int inflight,
+                                        unsigned int hops, unsigned int mode) { FG_KERNEL_BEGIN();
+    __shared__ __align__(8) unsigned long long bar;
+    FG_PDL_WAIT();
+    const unsigned char* base = src + (size_t)blockIdx.x * inflight;
+    const unsigned int dst = (unsigned int)__cvta_generic_to_shared(stage_probe_smem);
+    const unsigned int b = (unsigned int)__cvta_generic_to_shared(&bar);
+    const bool bulk = mode == 1 && inflight > 0 && inflight % 16 == 0;
+    if (bulk && threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+    unsigned long long ti;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ti));
+    if (mode == 0) {
+        for (unsigned int i = threadIdx.x * 16; i + 16 <= inflight; i += blockDim.x * 16)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + i), "l"(base + i) : "memory");
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    } else if (bulk && threadIdx.x == 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(inflight) : "memory");
+        for (unsigned int c = 0; c < inflight; c += 16384) {
+            const unsigned int n = min(16384u, inflight - c);
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                         ::"r"(dst + c), "l"(base + c), "r"(n), "r"(b) : "memory");
+        }
+    }
+    unsigned long long t0 = 0, t1 = 0, t2;
+    unsigned int j = blockIdx.x * 7u;  // the table holds at least 7 * gridDim.x entries
+    if (threadIdx.x == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        for (unsigned int h = 0; h < hops; ++h) j = __ldcg(chase + j);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    }
+    if (mode == 0) {
+        asm volatile("cp.async.wait_all;" ::: "memory");
+    } else if (bulk) {
+        unsigned int done = 0;
+        while (!done)
+            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+                         " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(b) : "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t2));
+        ns[3 * blockIdx.x] = t0 - ti;
+        ns[3 * blockIdx.x + 1] = t1 - t0;
+        ns[3 * blockIdx.x + 2] = t2 - t0;
+        last[blockIdx.x] = j;
+    }
+}

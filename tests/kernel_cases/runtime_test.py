@@ -82,6 +82,35 @@ def stage_probe_case(rng):
     p.launch("stage_probe", (G,), (int(rng.choice([128, 256, 384])),),
              [Ref("src"), Ref("ns"), Ref("sum"), nbytes, chunk, issuers, mode], shared=nbytes)
     src = Buffer(rng.integers(0, 1 << 32, size=G * nbytes // 4, dtype=np.uint64).astype(np.uint32), "u32")
-    return KernelCase("stage_probe", p, {"src": src, "ns": poison(2 * G, "u64"), "sum": poison(G, "u32")},
+    return KernelCase("stage_probe", p, {"src": src, "ns": poison(3 * G, "u64"), "sum": poison(G, "u32")},
                       {"sum": Check()},
                       reference=lambda v: {"sum": np.bitwise_xor.reduce(v["src"].reshape(G, -1), axis=1)})
+
+
+@kernel_case("l2_hol_probe")
+def l2_hol_probe_case(rng):
+    # every CTA follows the chase table `hops` times from index 7 * b, whatever copies it has in flight
+    G, hops, mode = int(rng.integers(1, 9)), int(rng.integers(0, 12)), int(rng.integers(0, 2))
+    n = 2048
+    inflight = 16 * int(rng.integers(0, 4096))
+    perm = rng.permutation(n).astype(np.uint32)
+    chase = np.empty(n, np.uint32)
+    chase[perm] = np.roll(perm, -1)
+
+    def reference(v):
+        out = np.zeros(G, np.uint32)
+        for b in range(G):
+            j = 7 * b
+            for _ in range(hops):
+                j = int(chase[j])
+            out[b] = j
+        return {"last": out}
+
+    p = Program("l2_hol_probe")
+    p.launch("l2_hol_probe", (G,), (int(rng.choice([64, 256])),), [Ref("src"), Ref("chase"), Ref("ns"), Ref("last"), inflight, hops, mode],
+             shared=max(inflight, 16))
+    src = Buffer(rng.integers(0, 1 << 32, size=max(4, G * inflight // 4), dtype=np.uint64).astype(np.uint32), "u32")
+    return KernelCase("l2_hol_probe", p, {"src": src, "chase": Buffer(chase, "u32"), "ns": poison(3 * G, "u64"),
+                                            "last": poison(G, "u32")},
+                      {"last": Check()},
+                      reference=reference, notes=f"G {G} hops {hops} mode {mode} inflight {inflight}")

@@ -67,4 +67,18 @@ def stage_probe(mem, grid, block, src, ns, sum_, nbytes, chunk, issuers, mode):
         return
     words = mem.view(src, np.uint32, G * nbytes // 4).reshape(G, nbytes // 4)
     mem.view(sum_, np.uint32, G)[:] = np.bitwise_xor.reduce(words, axis=1)
-    mem.view(ns, np.uint64, 2 * G)[:] = 0
+    mem.view(ns, np.uint64, 3 * G)[:] = 0
+
+
+@twin("l2_hol_probe")
+def l2_hol_probe(mem, grid, block, src, chase, ns, last, inflight, hops, mode):
+    """The chain's last index per CTA (each starts at 7 * b); no clock on the reference backend
+    (times 0). The copies only land in shared memory, which nothing reads back."""
+    G = grid[0]
+    mem.view(ns, np.uint64, 3 * G)[:] = 0
+    out = mem.view(last, np.uint32, G)
+    for b in range(G):
+        j = 7 * b
+        for _ in range(hops):
+            j = int(mem.view(chase + 4 * j, np.uint32, 1)[0])
+        out[b] = j
