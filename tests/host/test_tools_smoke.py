@@ -1,4 +1,5 @@
 """The GPU benchmark tools keep working: their programs build and run on the reference backend."""
+import json
 import os
 import shutil
 import subprocess
@@ -84,3 +85,19 @@ def test_ncu_stalls_ranks_samples_and_names_the_load(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "tools/ncu_stalls.py"), str(empty)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 2 and "SourceCounters" in out.stderr
+
+
+def test_decode_margin_check_judges_both_sequences(tmp_path):
+    """tools/decode_margin_check.py on the reference backend: both bf16 sequences are judged by the
+    float32 model and the JSON says, per sequence, how many picks were float32's argmax."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "m.json"
+    run = subprocess.run([sys.executable, str(ROOT / "tools/decode_margin_check.py"), "--models", "tiny-qwen3",
+                          "--prompt", "12", "--new", "6", "--device", "cpu", "--json", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (r,) = json.loads(out.read_text())
+    for name in ("fixedgraph", "hf_bf16"):
+        j = r["judged_by_fp32"][name]
+        assert j["steps"] == 6 and 0 <= j["fp32_argmax_agrees"] <= 6 and j["max_deficit"] >= 0
+    assert set(r["first_diff"]) == {"fixedgraph/hf_bf16", "fixedgraph/hf_fp32", "hf_bf16/hf_fp32"}
