@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model", default=None, help="HF model directory or .gguf file (default: SmolLM2-135M-Instruct)")
         p.add_argument("--backend", default=None, choices=["auto", "cuda", "reference"])
         p.add_argument("--max-model-len", type=int, default=None, help="longest prompt + output (tokens)")
-        p.add_argument("--prefill-chunk", type=int, default=256, help="tokens per prefill pass (power of two)")
+        p.add_argument("--prefill-chunk", type=int, default=None,
+                       help="tokens per prefill pass (power of two; default 2048 on a GPU, 256 on the reference backend)")
 
     g = sub.add_parser("generate", help="generate text from a prompt, streaming it")
     g.add_argument("prompt")

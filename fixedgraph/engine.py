@@ -29,6 +29,28 @@ class StreamChunk:
     output: CompletionOutput | None  # the whole completion, on the last chunk only
 
 
+PREFILL_CHUNK_CUDA = 2048  # default tokens per prefill pass on a GPU (FIXEDGRAPH_PREFILL_CHUNK overrides)
+PREFILL_CHUNK_REFERENCE = 256
+
+
+def default_prefill_chunk(kind: str, max_len: int, env: str | None = None) -> int:
+    """Tokens per prefill pass when the caller gives none: ``env`` (FIXEDGRAPH_PREFILL_CHUNK)
+    if set, else 2048 on a GPU and 256 on the reference backend, never above the context
+    rounded up to a power of two (a longer pass could never fill). A prefill pass launches
+    (chunk x query heads per KV head / 64) x KV heads attention CTAs, each walking every key
+    before it: 256-token passes gave Qwen3-0.6B 64 CTAs on a 132-SM GPU."""
+    if env:
+        try:
+            chunk = int(env)
+        except ValueError:
+            raise ValueError(f"FIXEDGRAPH_PREFILL_CHUNK must be a power of two >= 16, got {env!r}") from None
+    else:
+        chunk = PREFILL_CHUNK_CUDA if kind == "cuda" else PREFILL_CHUNK_REFERENCE
+    if chunk < 16 or chunk & (chunk - 1):
+        raise ValueError(f"FIXEDGRAPH_PREFILL_CHUNK must be a power of two >= 16, got {chunk}")
+    return min(chunk, max(16, 1 << max(0, int(max_len) - 1).bit_length()))
+
+
 def _buckets(chunk: int) -> tuple[int, ...]:
     out, b = [], 16
     while b < chunk:
@@ -44,7 +66,8 @@ class LLM:
     the default model (SmolLM2-135M-Instruct, Q4_1 GGUF). ``backend``: "cuda", "reference" or
     "auto". Sizes are fixed at boot: ``max_model_len`` (prompt + output), ``block_size`` (KV
     tokens per block), ``num_blocks`` (default: enough for one full-length sequence),
-    ``prefill_chunk`` (tokens per prefill pass), ``lookahead`` (decode steps queued ahead;
+    ``prefill_chunk`` (tokens per prefill pass, a power of two; default
+    ``default_prefill_chunk``: 2048 on a GPU), ``lookahead`` (decode steps queued ahead;
     see ``runner.LOOKAHEAD``). ``cpu_affinity``: the CPUs of the calling thread, which runs the
     decode loop: "gpu" (those local to the GPU), "off" or a list such as "0-7" (default:
     ``FIXEDGRAPH_CPU_AFFINITY``, else "off"; see ``fixedgraph.hostcpu``).
@@ -59,7 +82,7 @@ class LLM:
 
     def __init__(self, model: str | Path | None = None, *, weights=None, backend: str | None = None,
                  max_model_len: int | None = None, block_size: int = 16, num_blocks: int | None = None,
-                 prefill_chunk: int = 256, lookahead: int = LOOKAHEAD, progress: bool | None = None,
+                 prefill_chunk: int | None = None, lookahead: int = LOOKAHEAD, progress: bool | None = None,
                  seed: int | None = None, cpu_affinity: str | None = None, decode_group: int | None = None) -> None:
         t0 = time.perf_counter()
         if int(lookahead) < 1:
@@ -86,8 +109,12 @@ class LLM:
                 self.device.properties().get("pci_bus_id"))
             default_len = 4096 if self.device.kind == "cuda" else 1024
             max_len = min(cfg.max_position_embeddings, max_model_len or default_len)
+            if prefill_chunk is None:
+                prefill_chunk = default_prefill_chunk(self.device.kind, max_len,
+                                                      os.environ.get("FIXEDGRAPH_PREFILL_CHUNK"))
             if prefill_chunk < 16 or prefill_chunk & (prefill_chunk - 1):
                 raise ValueError(f"prefill_chunk must be a power of two >= 16, got {prefill_chunk}")
+            self.prefill_chunk = prefill_chunk
             max_blocks = -(-max_len // block_size)
             sizes = Sizes(widths=(1,), chunk_buckets=_buckets(prefill_chunk), block_size=block_size,
                           num_blocks=num_blocks or max_blocks + 1, max_model_len=max_len,
