@@ -13,7 +13,9 @@ each CTA's K/V of a block contiguous: the pool layout's cost) and ``attention_de
 (blocks in pool order instead of shuffled: the block table's). ``--ctx 32768`` times one context,
 e.g. under ``ncu``. ``--only staging [--staging-kb 48 96 190]``: how fast one CTA per SM brings
 that much global memory into its shared memory, by method (bulk copies by 1-16 issuing threads
-in 4-64 KiB chunks, cp.async, register loads), as aggregate and per-SM GB/s.
+in 4-64 KiB chunks, cp.async, register loads), as aggregate and per-SM GB/s. ``--only hol
+[--hol-kb 0 32 96]``: the latency of L2-hit loads and the issue time of a CTA's copies while that
+much of them is in flight from DRAM (cp.async from every thread, or bulk copies).
 """
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def stage_probe(mem, grid, block, src, ns, sum_, nbytes, chunk, issuers, mode):
         return
     words = mem.view(src, np.uint32, G * nbytes // 4).reshape(G, nbytes // 4)
     mem.view(sum_, np.uint32, G)[:] = np.bitwise_xor.reduce(words, axis=1)
-    mem.view(ns, np.uint64, 3 * G)[:] = 0
+    mem.view(ns, np.uint64, 2 * G)[:] = 0
 
 
 @twin("l2_hol_probe")
