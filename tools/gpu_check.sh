@@ -89,7 +89,7 @@ if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
       prof=(); [ -n "${AB_PROFILE:-}" ] && [ "$r" = 1 ] && mkdir -p "$OUT/prof_$name" && prof=(--profile-dir "$OUT/prof_$name")
       (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} "${prof[@]}" \
          --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
-      note "ab $name round $r rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f}\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/ab_${name}_$r.json" 2>&1 | tail -1)"
+      note "ab $name round $r rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} (ttft {x['fixedgraph_ttft_ms']:.1f} ms)\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/ab_${name}_$r.json" 2>&1 | tail -1)"
       if [ -n "${AB_KERNELS:-}" ]; then
         (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench_kernels.py $AB_KERNELS \
            --json "$OUT/abk_${name}_$r.json" > "$OUT/abk_${name}_$r.log" 2>&1)
@@ -105,7 +105,7 @@ if [[ " $stages " == *" long "* ]]; then
     timeout ${LONG_TIMEOUT:-240} python3 tools/bench.py --models ${LONG_MODELS:-qwen3-0.6b,qwen3-8b} --prompt "$p" \
       --new ${LONG_NEW:-64} --peers ${LONG_PEERS:-torch_graph} --profile-dir "$OUT/prof_long$p" \
       --json "$OUT/bench_long$p.json" > "$OUT/bench_long$p.log" 2>&1
-    note "bench long $p rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f}\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/bench_long$p.json" 2>&1 | tail -1)"
+    note "bench long $p rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} (ttft {x['fixedgraph_ttft_ms']:.1f} ms)\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/bench_long$p.json" 2>&1 | tail -1)"
   done
 fi
 if [[ " $stages " == *" host "* ]]; then
