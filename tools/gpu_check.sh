@@ -3,8 +3,8 @@
 # under compute-sanitizer memcheck, run the benchmarks. Logs and JSON go under $OUT; a short
 # table is printed last.
 #
-#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab long host timeline ncu
-#                                            all (default all; long, host, timeline, ncu only when named)
+#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab long prefill host
+#                                            timeline ncu all (default all; long, prefill, host, timeline, ncu only when named)
 #
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
@@ -14,6 +14,9 @@
 # bench in every side (abk_NAME_ROUND.log/.json), e.g. for long-context attention.
 # long: the model bench at LONG_PROMPTS (default "4096 32768"), LONG_NEW new tokens (64), with
 # LONG_PEERS (torch_graph) and a profile per model (prof_longP/); only when named.
+# prefill: time to first token against the prefill pass size: the no-peer bench at PREFILL_PROMPT
+# (default 32768) tokens, PREFILL_MODELS, once per --prefill-chunk in PREFILL_CHUNKS (default
+# "1024 2048 4096 8192"); only when named.
 # timeline: tools/timeline.py (TIMELINE_MODELS, TIMELINE_CONTEXT): when each launch's CTAs became
 # resident, passed their PDL wait and exited, per SM, from kernels rebuilt with tracing.
 # ncu: Nsight Compute stall samples per SASS instruction of the decode kernels as bench_kernels
@@ -106,6 +109,15 @@ if [[ " $stages " == *" long "* ]]; then
       --new ${LONG_NEW:-64} --peers ${LONG_PEERS:-torch_graph} --profile-dir "$OUT/prof_long$p" \
       --json "$OUT/bench_long$p.json" > "$OUT/bench_long$p.log" 2>&1
     note "bench long $p rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} (ttft {x['fixedgraph_ttft_ms']:.1f} ms)\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/bench_long$p.json" 2>&1 | tail -1)"
+  done
+fi
+if [[ " $stages " == *" prefill "* ]]; then
+  # TTFT against the prefill pass size (only when named)
+  for c in ${PREFILL_CHUNKS:-1024 2048 4096 8192}; do
+    timeout ${PREFILL_TIMEOUT:-200} python3 tools/bench.py --models ${PREFILL_MODELS:-qwen3-0.6b,qwen3-8b} \
+      --prompt ${PREFILL_PROMPT:-32768} --new 16 --peers= --prefill-chunk "$c" \
+      --json "$OUT/prefill_$c.json" > "$OUT/prefill_$c.log" 2>&1
+    note "prefill chunk $c rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} ttft {x['fixedgraph_ttft_ms']:.1f} ms, {x['fixedgraph_ms_per_token']:.4f} ms/token, boot {x['boot_s']:.1f} s\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/prefill_$c.json" 2>&1 | tail -1)"
   done
 fi
 if [[ " $stages " == *" host "* ]]; then
