@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fixedgraph import bf16  # noqa: E402
 from fixedgraph.backends import get_device  # noqa: E402
+from fixedgraph.backends.reference.twins.runtime_test import chase_ends  # noqa: E402
 from fixedgraph.layout import ArenaPlan  # noqa: E402
 from fixedgraph.ops import attention, gemv  # noqa: E402
 from fixedgraph.program import Program, Ref  # noqa: E402
@@ -216,13 +217,7 @@ def bench_hol(dev, inflight: int, mode: int, smoke: bool, rng, hops: int = 8, th
                                                         mode], shared=max(inflight, 16))
     r = time_program(dev, prog, arena, c, smoke, free=False)
     ns = arena.read(f"ns{c - 1}").astype(np.int64).reshape(G, 3)
-    want = []
-    for b in range(G):
-        j = 7 * b
-        for _ in range(hops):
-            j = int(chase[j])
-        want.append(j)
-    if not np.array_equal(arena.read(f"last{c - 1}"), want):
+    if not np.array_equal(arena.read(f"last{c - 1}"), chase_ends(chase, G, hops)):
         raise RuntimeError("l2_hol_probe: the chase chains ended at the wrong index")
     if not smoke:
         dev.free(arena.base)

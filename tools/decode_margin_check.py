@@ -22,9 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def first_diff(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+from group_agree_check import first_diff  # noqa: E402  (tools/ is on the path when run as a script)
 
 
 def judge(hf32, prompt: list[int], toks: list[int], device: str) -> dict:

@@ -33,6 +33,10 @@ want() { [[ " $stages " == *" all "* || " $stages " == *" $1 "* ]]; }
 summary=()
 T0=$(date +%s)
 note() { summary+=("[$(( $(date +%s) - T0 ))s] $1"); echo "== $1"; }
+# one line per bench JSON (tools/bench.py --json): each model's ms/token, TTFT and boot time
+bench_line() {
+  python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} (ttft {x['fixedgraph_ttft_ms']:.1f} ms, boot {x['boot_s']:.1f} s)\" for x in json.load(open(sys.argv[1]))['models']))" "$1" 2>&1 | tail -1
+}
 
 # Packages the GPU machine lacks travel as wheels in .whl/ (see docs/GPU.md).
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -92,7 +96,7 @@ if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
       prof=(); [ -n "${AB_PROFILE:-}" ] && [ "$r" = 1 ] && mkdir -p "$OUT/prof_$name" && prof=(--profile-dir "$OUT/prof_$name")
       (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} "${prof[@]}" \
          --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
-      note "ab $name round $r rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} (ttft {x['fixedgraph_ttft_ms']:.1f} ms)\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/ab_${name}_$r.json" 2>&1 | tail -1)"
+      note "ab $name round $r rc=$?: $(bench_line "$OUT/ab_${name}_$r.json")"
       if [ -n "${AB_KERNELS:-}" ]; then
         (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench_kernels.py $AB_KERNELS \
            --json "$OUT/abk_${name}_$r.json" > "$OUT/abk_${name}_$r.log" 2>&1)
@@ -108,7 +112,7 @@ if [[ " $stages " == *" long "* ]]; then
     timeout ${LONG_TIMEOUT:-240} python3 tools/bench.py --models ${LONG_MODELS:-qwen3-0.6b,qwen3-8b} --prompt "$p" \
       --new ${LONG_NEW:-64} --peers ${LONG_PEERS:-torch_graph} --profile-dir "$OUT/prof_long$p" \
       --json "$OUT/bench_long$p.json" > "$OUT/bench_long$p.log" 2>&1
-    note "bench long $p rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} (ttft {x['fixedgraph_ttft_ms']:.1f} ms)\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/bench_long$p.json" 2>&1 | tail -1)"
+    note "bench long $p rc=$?: $(bench_line "$OUT/bench_long$p.json")"
   done
 fi
 if [[ " $stages " == *" prefill "* ]]; then
@@ -117,7 +121,7 @@ if [[ " $stages " == *" prefill "* ]]; then
     timeout ${PREFILL_TIMEOUT:-200} python3 tools/bench.py --models ${PREFILL_MODELS:-qwen3-0.6b,qwen3-8b} \
       --prompt ${PREFILL_PROMPT:-32768} --new 16 --peers= --prefill-chunk "$c" \
       --json "$OUT/prefill_$c.json" > "$OUT/prefill_$c.log" 2>&1
-    note "prefill chunk $c rc=$?: $(python3 -c "import json,sys; print(' '.join(f\"{x['model']} ttft {x['fixedgraph_ttft_ms']:.1f} ms, {x['fixedgraph_ms_per_token']:.4f} ms/token, boot {x['boot_s']:.1f} s\" for x in json.load(open(sys.argv[1]))['models']))" "$OUT/prefill_$c.json" 2>&1 | tail -1)"
+    note "prefill chunk $c rc=$?: $(bench_line "$OUT/prefill_$c.json")"
   done
 fi
 if [[ " $stages " == *" host "* ]]; then

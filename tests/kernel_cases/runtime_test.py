@@ -1,6 +1,7 @@
 """Cases for the runtime's own test kernels (ptx/src/runtime_test.cu)."""
 import numpy as np
 
+from fixedgraph.backends.reference.twins.runtime_test import chase_ends
 from fixedgraph.program import Program, Ref
 from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison
 
@@ -97,15 +98,6 @@ def l2_hol_probe_case(rng):
     chase = np.empty(n, np.uint32)
     chase[perm] = np.roll(perm, -1)
 
-    def reference(v):
-        out = np.zeros(G, np.uint32)
-        for b in range(G):
-            j = 7 * b
-            for _ in range(hops):
-                j = int(chase[j])
-            out[b] = j
-        return {"last": out}
-
     p = Program("l2_hol_probe")
     p.launch("l2_hol_probe", (G,), (int(rng.choice([64, 256])),), [Ref("src"), Ref("chase"), Ref("ns"), Ref("last"), inflight, hops, mode],
              shared=max(inflight, 16))
@@ -113,4 +105,5 @@ def l2_hol_probe_case(rng):
     return KernelCase("l2_hol_probe", p, {"src": src, "chase": Buffer(chase, "u32"), "ns": poison(3 * G, "u64"),
                                             "last": poison(G, "u32")},
                       {"last": Check()},
-                      reference=reference, notes=f"G {G} hops {hops} mode {mode} inflight {inflight}")
+                      reference=lambda v: {"last": chase_ends(v["chase"], G, hops)},
+                      notes=f"G {G} hops {hops} mode {mode} inflight {inflight}")

@@ -70,15 +70,31 @@ def stage_probe(mem, grid, block, src, ns, sum_, nbytes, chunk, issuers, mode):
     mem.view(ns, np.uint64, 2 * G)[:] = 0
 
 
+def chase_ends(next_of, ctas: int, hops: int) -> np.ndarray:
+    """Where l2_hol_probe's CTA b ends: ``hops`` steps j = next_of[j] from j = 7 * b."""
+    out = np.zeros(ctas, np.uint32)
+    for b in range(ctas):
+        j = 7 * b
+        for _ in range(hops):
+            j = int(next_of[j])
+        out[b] = j
+    return out
+
+
+class _Table:
+    """u32 entries of a device table read one at a time (the twin does not know its length)."""
+
+    def __init__(self, mem, addr):
+        self.mem, self.addr = mem, addr
+
+    def __getitem__(self, j):
+        return self.mem.view(self.addr + 4 * int(j), np.uint32, 1)[0]
+
+
 @twin("l2_hol_probe")
 def l2_hol_probe(mem, grid, block, src, chase, ns, last, inflight, hops, mode):
     """The chain's last index per CTA (each starts at 7 * b); no clock on the reference backend
     (times 0). The copies only land in shared memory, which nothing reads back."""
     G = grid[0]
     mem.view(ns, np.uint64, 3 * G)[:] = 0
-    out = mem.view(last, np.uint32, G)
-    for b in range(G):
-        j = 7 * b
-        for _ in range(hops):
-            j = int(mem.view(chase + 4 * j, np.uint32, 1)[0])
-        out[b] = j
+    mem.view(last, np.uint32, G)[:] = chase_ends(_Table(mem, chase), G, hops)
