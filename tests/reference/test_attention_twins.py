@@ -198,7 +198,9 @@ def test_prefill_launch_grid():
     ops.attention_prefill(prog, Ref("o"), Ref("q"), Ref("k"), Ref("v"), Ref("bt"), Ref("pos"),
                           4096, 300, 16, 32, 8, 128, 0.088)
     (l,) = prog.launches
-    assert (l.entry, l.grid, l.block) == ("paged_attention_prefill_d128", (4096 * 4 // 64, 8, 1), (128, 1, 1))
+    rows, threads = ops.PREFILL_ROWS_PER_CTA, ops.PREFILL_THREADS
+    assert threads == rows * 2  # 16 (token, head) rows per warp
+    assert (l.entry, l.grid, l.block) == ("paged_attention_prefill_d128", (4096 * 4 // rows, 8, 1), (threads, 1, 1))
 
 
 def test_launchers_refuse_bad_shapes():
