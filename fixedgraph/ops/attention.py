@@ -18,8 +18,8 @@ DECODE_HEAD_DIMS = (64, 96, 128, 256)
 DECODE_ROPE_HEAD_DIMS = (64, 96, 128)  # the fused QK-norm + RoPE + KV-write entries
 PREFILL_HEAD_DIMS = (64, 96, 128)
 DECODE_THREADS = 128  # fixed by the kernel (4 warps)
-PREFILL_THREADS = 128  # fixed by the kernel (4 warps x 16 query rows)
-PREFILL_ROWS_PER_CTA = 64  # (token, query head) rows per CTA
+PREFILL_THREADS = 256  # fixed by the kernel (8 warps x 16 query rows)
+PREFILL_ROWS_PER_CTA = 128  # (token, query head) rows per CTA
 DECODE_TILE_KEYS = 64  # keys per K/V tile of the tensor-core decode body (D <= 128)
 DECODE_STAGES = 2  # K/V tiles in flight per CTA
 MAX_SPLITS = 32

@@ -93,7 +93,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 }  // namespace attn
 
-constexpr int kPreWarps = 4;
+constexpr int kPreWarps = 8;
 constexpr int kPreThreads = kPreWarps * 32;
 constexpr int kPreBM = kPreWarps * 16;  // M rows per CTA: (token, query head) pairs, 16 per warp
 constexpr int kPreBN = 64;              // keys per K/V tile
