@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 MARKS = 8  # FG_TRACE_MARKS: stamps a kernel may set with FG_TRACE_MARK(k) (0: not reached)
-WORDS = 5 + MARKS  # u64 per record: tag << 32 | sm, cta, t_start, t_wait (0: none), t_end, marks
+WORDS = 6 + MARKS  # u64 per record: tag << 32 | sm, cta, t_start, t_wait (0: none), t_end, t_wait_last, marks
 
 
 def fnv1a(name: str) -> int:
@@ -50,17 +50,21 @@ class LaunchTimes:
     # per CTA: mark k minus the CTA's own wait passed (its start when it has no wait), median over
     # the CTAs that reached it (a phase's typical cost, apart from the stragglers marks_us shows)
     cta_marks_us: list[float | None] | None = None
+    # per CTA: its last warp past the wait minus its first (warps still issuing their weight
+    # preload reach the wait late), median over the CTAs
+    wait_spread_us: float | None = None
 
 
 def parse_records(raw: np.ndarray) -> np.ndarray:
-    """[n, WORDS] u64 -> structured array (tag, sm, cta, t0, tw, t1, marks)."""
+    """[n, WORDS] u64 -> structured array (tag, sm, cta, t0, tw, t1, twl, marks); twl: when the CTA's
+    last warp passed its wait (tw: its first thread)."""
     raw = np.asarray(raw, dtype=np.uint64).reshape(-1, WORDS)
     out = np.zeros(len(raw), dtype=[("tag", "u4"), ("sm", "u4"), ("cta", "u8"), ("t0", "u8"), ("tw", "u8"),
-                                    ("t1", "u8"), ("marks", "u8", (MARKS,))])
+                                    ("t1", "u8"), ("twl", "u8"), ("marks", "u8", (MARKS,))])
     out["tag"] = (raw[:, 0] >> np.uint64(32)).astype(np.uint32)
     out["sm"] = (raw[:, 0] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    out["cta"], out["t0"], out["tw"], out["t1"] = raw[:, 1], raw[:, 2], raw[:, 3], raw[:, 4]
-    out["marks"] = raw[:, 5:]
+    out["cta"], out["t0"], out["tw"], out["t1"], out["twl"] = raw[:, 1], raw[:, 2], raw[:, 3], raw[:, 4], raw[:, 5]
+    out["marks"] = raw[:, 6:]
     return out
 
 
@@ -110,6 +114,9 @@ def launch_times(records: np.ndarray, launches: list[tuple[int, str, str, int]])
             t.release_us = None if wf is None else wf - prev_end
             t.step_us = t.end_last - prev_end
         t.after_wait_us = None if wf is None else t.end_last - wf
+        both = (r["tw"] > 0) & (r["twl"] >= r["tw"])
+        if both.any():
+            t.wait_spread_us = float(np.median((r["twl"][both].astype(np.int64) - r["tw"][both].astype(np.int64)) / 1e3))
         if wf is not None and r["marks"].any():
             t.marks_us = []
             for k in range(MARKS):
@@ -150,7 +157,8 @@ def by_entry(times: list[LaunchTimes]) -> list[dict]:
         marks, cta_marks = mean_marks("marks_us"), mean_marks("cta_marks_us")
         rows.append({"entry": entry, "launches": len(ts), "ctas": ts[0].ctas, "sms": mean("sms"),
                      "early_us": mean("early_us"), "release_us": mean("release_us"),
-                     "after_wait_us": mean("after_wait_us"), "step_us": mean("step_us"), "marks_us": marks,
+                     "after_wait_us": mean("after_wait_us"), "step_us": mean("step_us"),
+                     "wait_spread_us": mean("wait_spread_us"), "marks_us": marks,
                      "cta_marks_us": cta_marks})
     return rows
 
@@ -160,9 +168,9 @@ def table(times: list[LaunchTimes]) -> str:
         return "-" if v is None else f"{v:7.2f}"
 
     lines = [f"{'entry':34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'early':>7s} {'release':>7s} {'after':>7s} "
-             f"{'step':>7s}   (µs per launch, means; early: resident before the predecessor's last CTA "
+             f"{'step':>7s} {'spread':>7s}   (µs per launch, means; early: resident before the predecessor's last CTA "
              "exited; release: its first wait passed after that exit; after: run after that wait; step: "
-             "its last exit after the predecessor's)"]
+             "its last exit after the predecessor's; spread: a CTA's last warp past the wait after its first, median CTA)"]
     rows = by_entry(times)
     for r in rows:
         marks = "" if not r["marks_us"] else "   marks " + " ".join("-" if m is None else f"{m:.2f}"
@@ -170,7 +178,7 @@ def table(times: list[LaunchTimes]) -> str:
         if r["cta_marks_us"]:
             marks += "   per CTA " + " ".join("-" if m is None else f"{m:.2f}" for m in r["cta_marks_us"])
         lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {f(r['early_us'])} "
-                     f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])}{marks}")
+                     f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])} {f(r['wait_spread_us'])}{marks}")
     if any(r["marks_us"] for r in rows):
         lines.append("marks: when the launch's last CTA reached each FG_TRACE_MARK(k), µs after its first wait "
                      "passed; per CTA: the median CTA's mark k after its own wait (its start when it has none)")

@@ -15,7 +15,8 @@
 // PTX has none of it). FG_KERNEL_BEGIN() opens every entry; each CTA then appends one record of
 // FG_TRACE_WORDS u64 to the buffer the host points fg_trace_buf at (module globals, set per
 // module): (entry-name hash << 32 | SM id, linear CTA index, %globaltimer at entry, after the
-// PDL wait (0: none), at the CTA's last thread's exit, then FG_TRACE_MARKS optional marks (0: not
+// PDL wait (its first thread; 0: none), at the CTA's last thread's exit, when the CTA's last warp
+// passed the wait (lane 0's view; 0: none), then FG_TRACE_MARKS optional marks (0: not
 // reached): FG_TRACE_MARK(k) in a kernel stamps mark k when thread 0 passes it, so a multi-phase
 // kernel can show where its time goes). fg_trace_count (u32, host-zeroed) numbers the records;
 // past fg_trace_cap they are dropped. The CTA syncs once at entry.
@@ -28,7 +29,7 @@
 
 #ifdef FG_TRACE
 #define FG_TRACE_MARKS 8
-#define FG_TRACE_WORDS (5 + FG_TRACE_MARKS)
+#define FG_TRACE_WORDS (6 + FG_TRACE_MARKS)
 __device__ unsigned long long *fg_trace_buf;  // [fg_trace_cap][FG_TRACE_WORDS]
 __device__ unsigned int *fg_trace_count;      // records appended (shared by every module)
 __device__ unsigned int fg_trace_cap;
@@ -38,8 +39,8 @@ __device__ __forceinline__ unsigned long long fg_globaltimer() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-__device__ __forceinline__ unsigned long long *fg_trace_shared() {  // [t_wait, threads exited, marks]
-    __shared__ unsigned long long s[2 + FG_TRACE_MARKS];
+__device__ __forceinline__ unsigned long long *fg_trace_shared() {  // [t_wait, threads exited, marks, t_wait_last]
+    __shared__ unsigned long long s[3 + FG_TRACE_MARKS];
     return s;
 }
 struct FgTraceScope {
@@ -51,7 +52,7 @@ struct FgTraceScope {
         for (const char *c = name; *c; ++c) h = (h ^ (unsigned char)*c) * 16777619u;
         tag = h;
         if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-            for (int k = 0; k < 2 + FG_TRACE_MARKS; ++k) fg_trace_shared()[k] = 0ull;
+            for (int k = 0; k < 3 + FG_TRACE_MARKS; ++k) fg_trace_shared()[k] = 0ull;
         }
         __syncthreads();
     }
@@ -69,7 +70,8 @@ struct FgTraceScope {
         r[2] = t0;
         r[3] = *(volatile unsigned long long *)&fg_trace_shared()[0];
         r[4] = t1;
-        for (int k = 0; k < FG_TRACE_MARKS; ++k) r[5 + k] = *(volatile unsigned long long *)&fg_trace_shared()[2 + k];
+        r[5] = *(volatile unsigned long long *)&fg_trace_shared()[2 + FG_TRACE_MARKS];
+        for (int k = 0; k < FG_TRACE_MARKS; ++k) r[6 + k] = *(volatile unsigned long long *)&fg_trace_shared()[2 + k];
     }
 };
 #define FG_KERNEL_BEGIN() FgTraceScope fg_trace_scope_(__func__)
@@ -77,6 +79,7 @@ struct FgTraceScope {
     do {                                                                                        \
         FG_PDL_WAIT_RAW();                                                                      \
         if (fg_trace_shared()[0] == 0ull) fg_trace_shared()[0] = fg_globaltimer();              \
+        if ((threadIdx.x & 31u) == 0u) atomicMax(&fg_trace_shared()[2 + FG_TRACE_MARKS], fg_globaltimer()); \
     } while (0)
 #define FG_TRACE_MARK(k)                                                                        \
     do {                                                                                        \

@@ -13,8 +13,9 @@ from fixedgraph import timeline
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _rec(entry, sm, cta, t0, tw, t1, marks=()):
-    return [(timeline.fnv1a(entry) << 32) | sm, cta, t0, tw, t1] + list(marks) + [0] * (timeline.MARKS - len(marks))
+def _rec(entry, sm, cta, t0, tw, t1, marks=(), twl=None):
+    return ([(timeline.fnv1a(entry) << 32) | sm, cta, t0, tw, t1, tw if twl is None else twl] + list(marks)
+            + [0] * (timeline.MARKS - len(marks)))
 
 
 def test_fnv1a_matches_the_reference_values():
@@ -81,9 +82,9 @@ def test_traced_build_carries_the_globals_and_the_committed_ptx_does_not(tmp_pat
     assert "fg_trace_buf" in traced and "globaltimer" in traced and "-DFG_TRACE" in traced.splitlines()[0]
     # nvcc folds each entry's name hash into its record's first word: the host's hash must match
     assert str(timeline.fnv1a("stage_meta_ring") << 32) in traced
-    # the record layout the host parses (5 fixed words + the marks) is the one the kernels write
+    # the record layout the host parses (6 fixed words + the marks) is the one the kernels write
     src = (ROOT / "ptx/src/pdl.cuh").read_text()
-    assert f"#define FG_TRACE_MARKS {timeline.MARKS}" in src and "#define FG_TRACE_WORDS (5 + FG_TRACE_MARKS)" in src
+    assert f"#define FG_TRACE_MARKS {timeline.MARKS}" in src and "#define FG_TRACE_WORDS (6 + FG_TRACE_MARKS)" in src
     for p in (ROOT / "ptx").glob("*.ptx"):
         assert "fg_trace_buf" not in p.read_text(), p
 
@@ -98,3 +99,17 @@ def test_every_kernel_entry_opens_its_trace_scope():
         for m in re.finditer(r'extern "C" __global__', text):
             body = text[text.index("{", m.end()):][:40]
             assert body.startswith("{ FG_KERNEL_BEGIN();"), f"{cu.name}: entry at offset {m.start()} lacks FG_KERNEL_BEGIN()"
+
+
+def test_wait_spread_is_the_median_ctas_last_warp_after_its_first():
+    # one launch of 3 CTAs: its last warps passed the wait 0.2, 1.0 and 0.6 us after the first
+    rows = [_rec("P", 0, 0, 0, 1000, 3000, twl=1200), _rec("P", 1, 1, 0, 1100, 3100, twl=2100),
+            _rec("P", 2, 2, 0, 1200, 3200, twl=1800)]
+    (t,) = timeline.launch_times(timeline.parse_records(np.array(rows, dtype=np.uint64)), [(0, "p", "P", 3)])
+    assert t.wait_spread_us == pytest.approx(0.6)
+    assert timeline.by_entry([t])[0]["wait_spread_us"] == pytest.approx(0.6)
+    assert "spread" in timeline.table([t])
+    # an entry without a wait has no spread
+    (n,) = timeline.launch_times(timeline.parse_records(np.array([_rec("N", 0, 0, 0, 0, 10, twl=0)], dtype=np.uint64)),
+                                 [(0, "n", "N", 1)])
+    assert n.wait_spread_us is None

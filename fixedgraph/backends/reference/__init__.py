@@ -43,8 +43,8 @@ class ReferenceDevice:
 
     def set_trace(self, buf: int, count: int, cap: int) -> int:
         """The CUDA backend's timeline recording (see fixedgraph.timeline), with synthetic times:
-        each launch takes 1 µs, its CTAs start 1 ns apart, pass their wait 100 ns later and end
-        at 900 ns. buf = 0 turns it off."""
+        each launch takes 1 µs, its CTAs start 1 ns apart, pass their wait 100 ns later (their
+        last warp 20 ns after the first) and end at 900 ns. buf = 0 turns it off."""
         self._trace = (buf, count, cap) if buf else None
         return 1
 
@@ -62,6 +62,7 @@ class ReferenceDevice:
         rec[:, 2] = t + np.arange(ctas, dtype=np.uint64)
         rec[:, 3] = rec[:, 2] + np.uint64(100)
         rec[:, 4] = np.uint64(t + 900 + ctas)
+        rec[:, 5] = rec[:, 3] + np.uint64(20)
         first = int(n[0])
         keep = max(0, min(ctas, cap - first))
         if keep:
