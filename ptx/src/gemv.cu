@@ -209,6 +209,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
   FG_PDL_WAIT();
   prologue();
+  FG_TRACE_MARK(0);  // x ready (the fused entries: normed / activated into shared memory)
 
   // One 16-column tile x 8 rows from r0; with_pre: its first W batch is in the preload area.
   auto tile = [&](uint32_t r0, uint32_t grp, bool with_pre) {
@@ -233,6 +234,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
       mma_batch(acc, a0, a1, b);
     }
+    FG_TRACE_MARK(1);  // thread 0's k slice of its (latest) tile multiplied
 
     if (S > 1) {  // sum the k slices of each tile into its first warp
       red[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -245,6 +247,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       }
       __syncthreads();  // NOTE: red is rewritten by the next group's warps
     }
+    FG_TRACE_MARK(2);  // the tile's k slices summed
     if (ks != 0) return;
 
     if (MODE == OUT_SILU) {  // acc[j]: gate of column n0/2+g, acc[2+j]: its up (rows 2t+j)
@@ -284,6 +287,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS)  // one pass for rows <= 8
     for (uint32_t grp = blockIdx.x + (r0 == 0 && pre ? gridDim.x : 0u); grp < groups; grp += gridDim.x)
       tile(r0, grp, false);
+  FG_TRACE_MARK(3);  // every tile of the CTA stored (thread 0's view)
 }
 
 // Shared memory common to every entry. x (fused entries only) is dynamic: rows * xs_stride(K)
