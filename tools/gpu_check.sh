@@ -93,10 +93,12 @@ if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
     for d in "${sides[@]}"; do
       name=${d##*/}; [ "$d" = . ] && name=cand
       dir=$(cd "$d" && pwd)
+      # what ran on this side (tools/ab_prepare.sh wrote it; the device's git may be stale)
+      if [ "$d" = . ]; then ref=$(cat .ab/CANDIDATE 2>/dev/null || echo "working tree"); else ref=$(cat "$d/AB_COMMIT" 2>/dev/null || echo "?"); fi
       prof=(); [ -n "${AB_PROFILE:-}" ] && [ "$r" = 1 ] && mkdir -p "$OUT/prof_$name" && prof=(--profile-dir "$OUT/prof_$name")
-      (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} "${prof[@]}" \
-         --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
-      note "ab $name round $r rc=$?: $(bench_line "$OUT/ab_${name}_$r.json")"
+      (cd "$dir" && FIXEDGRAPH_COMMIT="${ref#* }" PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} \
+         "${prof[@]}" --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
+      note "ab $name [$ref] round $r rc=$?: $(bench_line "$OUT/ab_${name}_$r.json")"
       if [ -n "${AB_KERNELS:-}" ]; then
         (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench_kernels.py $AB_KERNELS \
            --json "$OUT/abk_${name}_$r.json" > "$OUT/abk_${name}_$r.log" 2>&1)

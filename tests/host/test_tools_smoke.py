@@ -46,6 +46,9 @@ def test_ab_prepare_exports_each_ref(tmp_path):
                          timeout=120, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "ab/base/tools/gpu_check.sh").exists() and (tmp_path / "ab/base/ptx/gemv.ptx").exists()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    assert (tmp_path / "ab/base/AB_COMMIT").read_text().split() == ["HEAD", head]
+    assert (tmp_path / "ab/CANDIDATE").read_text().split()[1].startswith(head)
     bad = subprocess.run(["bash", str(ROOT / "tools/ab_prepare.sh"), "x=no-such-ref"], capture_output=True, text=True,
                          timeout=60, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "not a commit" in bad.stderr
