@@ -126,8 +126,37 @@ def _ptr(a: Arg | None) -> Arg:
     return Null() if a is None else a
 
 
+def lean_enabled(lean: bool | None = None) -> bool:
+    """Whether launches that fit take the lean entries (``gemv_bf16_vec``, ``*_row``: only the
+    decode path compiled, a third of the code): ``lean`` if given, else FIXEDGRAPH_GEMV_LEAN
+    (default on; "0" keeps the generic entries everywhere)."""
+    if lean is not None:
+        return bool(lean)
+    import os
+
+    return os.environ.get("FIXEDGRAPH_GEMV_LEAN", "1") != "0"
+
+
+def _aligned(a: Arg | None, n: int) -> bool:
+    """An arena pointer is n-byte aligned when its offset is (regions are 256-byte aligned)."""
+    return a is None or isinstance(a, Null) or getattr(a, "offset", 0) % n == 0
+
+
+def vec_path(K: int, x: Arg, w: Arg) -> bool:
+    """The 16-byte body applies: K % 8 == 0 and 16-byte aligned x and W (gemv_bf16_vec)."""
+    return K % 8 == 0 and _aligned(x, 16) and _aligned(w, 16)
+
+
+def row_path(rows: int, N: int, K: int, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
+             norm_w: Arg, w: Arg) -> bool:
+    """The one-row register RMSNorm and the 16-byte body apply (gemv_rmsnorm*_row)."""
+    return (rows == 1 and K % 8 == 0 and K <= 16 * 32 * gemv_warps(N, K) and _aligned(hidden_in, 16)
+            and _aligned(hidden_out, 16) and _aligned(delta, 8) and _aligned(norm_w, 8) and _aligned(w, 16))
+
+
 def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,
-         out_f32: bool = False, label: str = "", preload: bool = True, split: int | None = None) -> int:
+         out_f32: bool = False, label: str = "", preload: bool = True, split: int | None = None,
+         lean: bool | None = None) -> int:
     """out[r, n] = sum_k x[r, k] * w[n, k] (+ bias[n]), fp32 accumulation, rounded once.
 
     out: [rows, N] bf16, or f32 when ``out_f32`` (logits); written.
@@ -137,10 +166,14 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     Any K works; K % 8 == 0 with 16-byte-aligned x and w takes the fast 16-byte-load path.
     preload: give the kernel its W preload area (False only to test the path without it).
     split: warps per 16-column tile (a power of two <= the block's warps); None: gemv_split.
+    lean: take ``gemv_bf16_vec`` (the same results, a third of the code) where it applies; None:
+      ``lean_enabled()``.
     Returns the op index.
     """
     rows, N, K = _check("gemv", rows, N, K)
     entry = "gemv_bf16_f32out" if out_f32 else "gemv_bf16"
+    if entry == "gemv_bf16" and lean_enabled(lean) and vec_path(K, x, w):
+        entry = "gemv_bf16_vec"
     S = _split_arg(N, K, split)
     return prog.launch(entry, (gemv_grid(N, K, S), 1, 1), (32 * gemv_warps(N, K), 1, 1),
                        (out, x, w, _ptr(bias), rows, N, K, S), shared=launch_shared(rows, N, K, False, preload),
@@ -162,7 +195,7 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
 
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                  norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
-                 out_f32: bool = False, label: str = "", split: int | None = None) -> int:
+                 out_f32: bool = False, label: str = "", split: int | None = None, lean: bool | None = None) -> int:
     """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
 
     h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
@@ -180,13 +213,15 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     if hidden_out is not None and hidden_out == hidden_in:
         raise ValueError("gemv_rmsnorm: hidden_out must not alias hidden_in; ping-pong two residual buffers")
     entry = "gemv_rmsnorm_bf16_f32out" if out_f32 else "gemv_rmsnorm_bf16"
+    if not out_f32 and lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
+        entry = "gemv_rmsnorm_bf16_row"  # the same results, a third of the code (lean_enabled)
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split)
 
 
 def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                       norm_w: Arg, w: Arg, bias: Arg | None, rows: int, I: int, K: int, eps: float,
-                      label: str = "", split: int | None = None) -> int:
+                      label: str = "", split: int | None = None, lean: bool | None = None) -> int:
     """The MLP's activation straight from the residual stream, replacing add_rmsnorm + gate_up
     GEMV + silu_mul: gate_up = rmsnorm(hidden_in + delta) @ w.T (+ bias) (gemv_rmsnorm's
     rounding), out[r, j] = bf16(bf16(silu(gate_up[r, j])) * gate_up[r, I + j]) (silu_mul's).
@@ -200,7 +235,10 @@ def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None
     if hidden_out is not None and hidden_out == hidden_in:
         raise ValueError("gemv_rmsnorm_silu: hidden_out must not alias hidden_in; ping-pong two residual buffers")
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
-    return _fused_launch(prog, "gemv_rmsnorm_silu_bf16", head, rows, N, K, eps, label, split)
+    entry = "gemv_rmsnorm_silu_bf16"
+    if lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
+        entry = "gemv_rmsnorm_silu_bf16_row"  # the same results, a third of the code (lean_enabled)
+    return _fused_launch(prog, entry, head, rows, N, K, eps, label, split)
 
 
 def gemv_silu(prog: Program, out: Arg, gate_up: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,

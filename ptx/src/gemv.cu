@@ -298,33 +298,40 @@ struct GemvShared {
 };
 
 // 16-byte W loads need 16-byte aligned row starts: K % 8 == 0 and an aligned base.
-template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL>
+// LEAN (the *_vec / *_row entries of the decode chain): only the 16-byte body is compiled, so
+// the code a CTA runs after its PDL wait is about a third of the generic entry's (instruction
+// fetch: every layer cycles its kernels' code through each SM); a launch it does not fit traps
+// (the launcher never makes one: fixedgraph/ops/gemv.py's vec_path / row_path).
+template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                               float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{}) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
     gemv_body<true, MODE, XS, Prologue, Epilogue, UV>(out, x, W, bias, rows, N, K, split, red, pro, epi);
+  else if constexpr (LEAN)
+    __trap();
   else
     gemv_body<false, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
 }
 
-template <bool F32OUT>
+template <bool F32OUT, bool LEAN = false>
 __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                            uint32_t rows, uint32_t N, uint32_t K, uint32_t split) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
-  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL>(out, x, W, bias, rows, N, K,
-                                                                                     split, sh.red, NoPrologue{});
+  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, LEAN>(
+      out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
 }
 
-template <int MODE>
+template <int MODE, bool LEAN = false>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
                                                    uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
-  auto pro = [&]() { rmsnorm_prologue(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
-  gemv_dispatch<MODE, true>(out, gemv_xs, W, bias, rows, N, K, split, sh.red, pro);
+  auto pro = [&]() { rmsnorm_prologue<LEAN>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
+  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN>(out, gemv_xs, W, bias, rows, N, K, split,
+                                                                          sh.red, pro);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
@@ -392,6 +399,35 @@ gemv_rmsnorm_silu_bf16(bf16* __restrict__ out,             // [rows, N/2] bf16 a
           unsigned int split, float eps) { FG_KERNEL_BEGIN();  // split: warps per column tile, or 0: gemv_split
   if (N & 1u) return;  // gate and up need the same row count
   gemv_rmsnorm_entry<OUT_SILU>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
+}
+
+// The decode chain's lean forms (LEAN above): the same parameters, results and bits as
+// gemv_bf16 / gemv_rmsnorm_bf16 / gemv_rmsnorm_silu_bf16 for the launches they take:
+//   _vec: K % 8 == 0, x and W 16-byte aligned (any rows);
+//   _row: rows == 1 besides, K <= 16 * blockDim, hidden_in / hidden_out 16-byte and delta /
+//         norm_w 8-byte aligned (the one-row register RMSNorm).
+extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
+gemv_bf16_vec(bf16* __restrict__ out, const bf16* __restrict__ x, const bf16* __restrict__ W,
+              const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
+              unsigned int split) { FG_KERNEL_BEGIN();
+  gemv_entry<false, true>(out, x, W, bias, rows, N, K, split);
+}
+
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
+                      float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
+                      const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
+                      unsigned int split, float eps) { FG_KERNEL_BEGIN();
+  gemv_rmsnorm_entry<OUT_BF16, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
+}
+
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_silu_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_in,
+                           const bf16* __restrict__ delta, float* __restrict__ hidden_out,
+                           const bf16* __restrict__ norm_w, const bf16* __restrict__ W, const bf16* __restrict__ bias,
+                           unsigned int rows, unsigned int N, unsigned int K, unsigned int split,
+                           float eps) { FG_KERNEL_BEGIN();
+  gemv_rmsnorm_entry<OUT_SILU, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
 }
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].

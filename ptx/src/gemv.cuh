@@ -180,6 +180,9 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
 #define GEMV_NORM_REG_VECS 4  // rmsnorm_row_regs: float4 vectors per thread (K <= 16 * blockDim)
 
 // x[r, :] for every row into shared memory; ends with a barrier (x is then ready).
+// LEAN (the *_row entries): only the one-row register path is compiled; a launch it does not
+// fit traps (the launcher never makes one: fixedgraph/ops/gemv.py's row_path).
+template <bool LEAN = false>
 __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, const bf16* delta, float* hout,
                                                  const bf16* norm_w, uint32_t rows, uint32_t K, float eps,
                                                  float (*red)[GEMV_MAX_WARPS]) {
@@ -192,14 +195,18 @@ __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, con
     __syncthreads();
     return;
   }
-  for (uint32_t r0 = 0; r0 < rows; r0 += 8) {
-    const uint32_t n = rows - r0 < 8 ? rows - r0 : 8;
-    bf16* x = xs + (size_t)r0 * xs_stride(K);
-    if (vec) rmsnorm_rows<4>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
-    else rmsnorm_rows<1>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
+  if constexpr (LEAN) {
+    __trap();
+  } else {
+    for (uint32_t r0 = 0; r0 < rows; r0 += 8) {
+      const uint32_t n = rows - r0 < 8 ? rows - r0 : 8;
+      bf16* x = xs + (size_t)r0 * xs_stride(K);
+      if (vec) rmsnorm_rows<4>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
+      else rmsnorm_rows<1>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
+    }
+    xs_zero_tail(xs, rows, K);
+    __syncthreads();
   }
-  xs_zero_tail(xs, rows, K);
-  __syncthreads();
 }
 
 // ---- silu ---------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def _finish(y: np.ndarray, v, bias: bool, out_f32: bool) -> np.ndarray:
 
 
 def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int, *, delta: bool,
-                 hidden_out: bool, bias: bool, out_f32: bool, silu: bool = False) -> KernelCase:
+                 hidden_out: bool, bias: bool, out_f32: bool, silu: bool = False, lean: bool | None = None) -> KernelCase:
     """gemv_rmsnorm; with ``silu``, gemv_rmsnorm_silu (N = 2I rows of W, out [rows, I])."""
     hidden = rng.standard_normal((rows, K)) * 2
     if not delta:
@@ -135,11 +135,11 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
     if silu:
         gemv_rmsnorm_silu(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
                           Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
-                          Ref("bias") if bias else None, rows, N // 2, K, EPS, label=name)
+                          Ref("bias") if bias else None, rows, N // 2, K, EPS, label=name, lean=lean)
     else:
         gemv_rmsnorm(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
                      Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
-                     Ref("bias") if bias else None, rows, N, K, EPS, out_f32=out_f32, label=name)
+                     Ref("bias") if bias else None, rows, N, K, EPS, out_f32=out_f32, label=name, lean=lean)
 
     def reference(v):
         h = v["hidden_in"].astype(np.float64)
@@ -250,6 +250,25 @@ for _s, (_i, _k) in enumerate(RMSNORM_SILU_SHAPES):
                                     out_f32=False, silu=True)
 
         _register_rmsnorm_silu()
+
+
+# The generic entries on shapes the lean ones take by default (fixedgraph.ops.gemv.lean_enabled),
+# so both forms keep cases on the decode shapes.
+@kernel_case("gemv_generic_r1_1024x2048")
+def generic_plain_case(rng):
+    return linear_case("gemv_generic_r1_1024x2048", rng, gemv, 1, 1024, 2048, bias=False, out_f32=False, lean=False)
+
+
+@kernel_case("gemv_rmsnorm_generic_r1_4096x1024_delta_hout")
+def generic_rmsnorm_case(rng):
+    return rmsnorm_case("gemv_rmsnorm_generic_r1_4096x1024_delta_hout", rng, 1, 4096, 1024, delta=True,
+                        hidden_out=True, bias=False, out_f32=False, lean=False)
+
+
+@kernel_case("gemv_rmsnorm_silu_generic_r1_3072x1024_delta_hout")
+def generic_rmsnorm_silu_case(rng):
+    return rmsnorm_case("gemv_rmsnorm_silu_generic_r1_3072x1024_delta_hout", rng, 1, 6144, 1024, delta=True,
+                        hidden_out=True, bias=False, out_f32=False, silu=True, lean=False)
 
 
 # ---- head + argmax in one launch ------------------------------------------------------------

@@ -11,7 +11,7 @@ from fixedgraph.backends.reference.twins import gemv as gemv_twins
 from fixedgraph.ops.gemm import gemm, gemm_grid, gemm_tile
 from fixedgraph.backends.reference.twins import embed_norm as norm_twins
 from fixedgraph.ops.gemv import (SMEM_PER_BLOCK, STATIC_SMEM, fused_grid, fused_shared, gemv, gemv_grid,
-                                 gemv_rmsnorm, gemv_silu, gemv_split, gemv_warps, launch_shared, preload_shared,
+                                 gemv_rmsnorm, gemv_rmsnorm_silu, gemv_silu, gemv_split, gemv_warps, launch_shared, preload_shared,
                                  xs_stride)
 from fixedgraph.ops.linear import linear
 from fixedgraph.program import Null, Program, Ref
@@ -65,7 +65,7 @@ def test_launchers_and_linear_dispatch():
     linear(p, Ref("o"), Ref("x"), Ref("w"), Ref("b"), 9, 576, 576, out_f32=True, label="lm")
     gemv(p, Ref("o"), Ref("x"), Ref("w"), Ref("b"), 1, 49152, 576, out_f32=True)
     a, b, c = p.launches
-    assert (a.entry, a.block, a.args[3], a.args[4:]) == ("gemv_bf16", (256, 1, 1), Null(),
+    assert (a.entry, a.block, a.args[3], a.args[4:]) == ("gemv_bf16_vec", (256, 1, 1), Null(),
                                                                 (8, 576, 576, gemv_split(576, 576)))
     assert (b.entry, b.label, b.args[3], b.shared) == ("gemm_bf16_f32out", "lm", Ref("b"), 0)
     assert c.entry == "gemv_bf16_f32out" and c.grid == (gemv_grid(49152, 576), 1, 1)
@@ -73,6 +73,40 @@ def test_launchers_and_linear_dispatch():
     assert c.shared == preload_shared(49152, 576, fused=False) == 8 * 2 * 8 * 32 * 16
     with pytest.raises(ValueError, match="rows"):
         gemv(p, Ref("o"), Ref("x"), Ref("w"), None, 9, 10, 10)
+
+
+def test_every_gemv_entry_has_cases():
+    from tests.kernel_cases import load_all
+
+    rng = np.random.default_rng(0)
+    entries = {l.entry for n, f in load_all().items() if n.startswith("gemv_") for l in f(rng).program.launches}
+    assert {"gemv_bf16", "gemv_bf16_vec", "gemv_bf16_f32out", "gemv_rmsnorm_bf16", "gemv_rmsnorm_bf16_row",
+            "gemv_rmsnorm_bf16_f32out", "gemv_rmsnorm_silu_bf16", "gemv_rmsnorm_silu_bf16_row", "gemv_silu_bf16",
+            "gemv_rmsnorm_argmax"} <= entries
+
+
+def test_lean_entries_take_the_launches_they_fit(monkeypatch):
+    # The decode chain's lean forms (a third of the code) where the 16-byte body and, for the
+    # fused ones, the one-row register RMSNorm apply; the generic entries elsewhere, and
+    # everywhere with FIXEDGRAPH_GEMV_LEAN=0.
+    p = Program("t")
+    gemv(p, Ref("o"), Ref("x"), Ref("w"), None, 3, 1024, 2048)
+    gemv(p, Ref("o"), Ref("x", 2), Ref("w"), None, 3, 1024, 2048)  # x 2 bytes off 16
+    gemv(p, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 1003)  # K % 8 != 0
+    gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6)
+    gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 2, 4096, 1024, 1e-6)
+    gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 3072, 1024, 1e-6)
+    gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d", 4), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 3072, 1024, 1e-6)
+    assert [l.entry for l in p.launches] == [
+        "gemv_bf16_vec", "gemv_bf16", "gemv_bf16", "gemv_rmsnorm_bf16_row", "gemv_rmsnorm_bf16",
+        "gemv_rmsnorm_silu_bf16_row", "gemv_rmsnorm_silu_bf16"]
+    assert p.launches[0].args == p.launches[1].args[:1] + (Ref("x"),) + p.launches[1].args[2:]
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_LEAN", "0")
+    q = Program("q")
+    gemv(q, Ref("o"), Ref("x"), Ref("w"), None, 3, 1024, 2048)
+    gemv_rmsnorm(q, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6)
+    assert [l.entry for l in q.launches] == ["gemv_bf16", "gemv_rmsnorm_bf16"]
+    assert gemv(q, Ref("o"), Ref("x"), Ref("w"), None, 3, 1024, 2048, lean=True) == 2 and q.launches[2].entry == "gemv_bf16_vec"
     with pytest.raises(ValueError):
         gemm(p, Ref("o"), Ref("x"), Ref("w"), None, 0, 10, 10)
 
