@@ -15,7 +15,9 @@ e.g. under ``ncu``. ``--only staging [--staging-kb 48 96 190]``: how fast one CT
 that much global memory into its shared memory, by method (bulk copies by 1-16 issuing threads
 in 4-64 KiB chunks, cp.async, register loads), as aggregate and per-SM GB/s. ``--only hol
 [--hol-kb 0 32 96]``: the latency of L2-hit loads and the issue time of a CTA's copies while that
-much of them is in flight from DRAM (cp.async from every thread, or bulk copies).
+much of them is in flight from DRAM (cp.async from every thread, or bulk copies). ``--only
+bcast``: how long 1-396 CTAs take to read one small row (4 or 16 KiB, or 16 replicas of it)
+right after their PDL wait, as a decode GEMV's CTAs read the residual row.
 """
 from __future__ import annotations
 
@@ -228,6 +230,46 @@ def bench_hol(dev, inflight: int, mode: int, smoke: bool, rng, hops: int = 8, th
             "landed_us_median": float(np.median(ns[:, 2])) / 1e3}
 
 
+def bench_bcast(dev, ctas: int, nbytes: int, reps: int, writer: bool, smoke: bool, rng, threads: int = 256) -> dict:
+    """``ctas`` CTAs read the same ``nbytes`` row (replica b % ``reps``) right after their PDL wait,
+    as every CTA of a decode GEMV reads the residual row its predecessor wrote (``writer``: a
+    copy kernel rewrites the rows just before, as in the chain): per CTA, ns from its wait until
+    the row is loaded and reduced (medians, p90, max over the CTAs) and the spread of the waits'
+    release. Do the CTAs queue at the L2 slices holding the row (the fused GEMVs' ~1.8 us)?"""
+    G = 2 if smoke else ctas
+    stride = nbytes
+    words = reps * stride // 4
+    c = 2 if smoke else 4
+    plan = ArenaPlan()
+    plan.add("vec", (words,), "u32")
+    plan.add("src", (words,), "u32")
+    for i in range(c):
+        plan.add(f"ns{i}", (2 * G,), "u64")
+        plan.add(f"sum{i}", (G,), "u32")
+    arena = dev.arena(plan)
+    data = rng.integers(0, 1 << 32, size=words, dtype=np.uint64).astype(np.uint32)
+    arena.write("vec", data)
+    arena.write("src", data)
+    label = f"{nbytes >> 10} KiB x{G} r{reps}{' w' if writer else ''}"
+    prog = Program(f"bcast.{label}")
+    for i in range(c):
+        if writer:  # the predecessor rewrites the rows (same values): the probe reads fresh lines
+            prog.launch("copy_f32", (max(1, min(132, words // 256)),), (256,), [Ref("vec"), Ref("src"), words])
+        prog.launch("bcast_probe", (G,), (threads,), [Ref("vec"), Ref(f"ns{i}"), Ref(f"sum{i}"), nbytes, reps, stride])
+    r = time_program(dev, prog, arena, c, smoke, free=False)
+    from fixedgraph.backends.reference.twins.runtime_test import bcast_sums
+
+    if not np.array_equal(arena.read(f"sum{c - 1}"), bcast_sums(data, G, nbytes, reps, stride)):
+        raise RuntimeError("bcast_probe: a CTA read the wrong row")
+    ns = arena.read(f"ns{c - 1}").astype(np.int64).reshape(G, 2)
+    if not smoke:
+        dev.free(arena.base)
+    return {"kernel": "bcast", "shape": label, "bytes": G * nbytes, "ctas": G, "row_bytes": nbytes, "reps": reps,
+            "writer": writer, **r, "read_ns_median": float(np.median(ns[:, 1])),
+            "read_ns_p90": float(np.percentile(ns[:, 1], 90)), "read_ns_max": float(ns[:, 1].max()),
+            "release_spread_ns": float(ns[:, 0].max() - ns[:, 0].min())}
+
+
 def time_program(dev, prog, arena, launches: int, smoke: bool, free: bool = True) -> dict:
     graph = dev.graph(dev.bind(prog, arena))
     if smoke:
@@ -246,7 +288,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
-    ap.add_argument("--only", choices=("gemv", "attention", "staging", "hol"), help="time only these kernels")
+    ap.add_argument("--only", choices=("gemv", "attention", "staging", "hol", "bcast"), help="time only these kernels")
     ap.add_argument("--staging-kb", type=int, nargs="+", default=[48, 96, 190],
                     help="staging probe: KiB per CTA (one CTA per SM)")
     ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
@@ -268,6 +310,7 @@ def main() -> int:
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=1, D=64, rows=3))
         rows += bench_staging(dev, 4096, True, rng)
         rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
+        rows.append(bench_bcast(dev, 2, 4096, 2, True, True, rng))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
     import torch  # the copy-bandwidth ceiling, measured the same way as tools/bench.py
@@ -279,6 +322,12 @@ def main() -> int:
     del torch
     if args.only == "hol":
         rows += [bench_hol(dev, kb * 1024, m, False, rng) for m in (0, 1) for kb in args.hol_kb if kb or m == 0]
+    if args.only == "bcast":
+        for nbytes in (4096, 16384):
+            for ctas in (1, 64, 132, 264, 396):
+                for reps in ((1, 16) if ctas > 1 else (1,)):
+                    rows.append(bench_bcast(dev, ctas, nbytes, reps, True, False, rng))
+            rows.append(bench_bcast(dev, 396, nbytes, 1, False, False, rng))
     if args.only == "staging":
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng)
@@ -322,6 +371,9 @@ def main() -> int:
     for r in (r for r in rows if r["kernel"] == "hol"):
         print(f"hol {r['shape']:<18} issue {r['issue_us_median']:5.2f} us (p90 {r['issue_us_p90']:5.2f}); L2 hop median "
               f"{r['hop_ns_median']:7.0f} ns p90 {r['hop_ns_p90']:7.0f} ns; copies landed {r['landed_us_median']:6.2f} us after the chain's start")
+    for r in (r for r in rows if r["kernel"] == "bcast"):
+        print(f"bcast {r['shape']:<22} read after the wait: median {r['read_ns_median']:6.0f} ns p90 "
+              f"{r['read_ns_p90']:6.0f} max {r['read_ns_max']:6.0f}; waits released over {r['release_spread_ns']:6.0f} ns")
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_GBps": copy, "rows": rows}, indent=1))
     return 0

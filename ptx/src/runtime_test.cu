@@ -245,3 +245,36 @@ extern "C" __global__ void l2_hol_probe(const unsigned char* __restrict__ src, c
         last[blockIdx.x] = j;
     }
 }
+
+// Broadcast-read latency (tools/bench_kernels.py --only bcast): the question behind the decode
+// chain's first read after a PDL wait (1.2-2.1 us in every kernel, session 13), where every CTA
+// of a launch (64-396) reads the same small row (the residual stream, x) that its predecessor
+// just wrote: do the CTAs queue at the few L2 slices that hold the row? Each CTA waits on its
+// predecessor, then its threads load replica b % reps of vec (bytes each, `stride` bytes apart)
+// in 16-byte chunks through L2 and the CTA xor-reduces them. ns[2b] = %globaltimer after the
+// wait, ns[2b + 1] = ns from there until the reduction is complete; sum[b] = the xor (kept).
+// Needs bytes % 16 == 0, stride % 16 == 0, a 16-byte aligned vec and blockDim % 32 == 0.
+extern "C" __global__ void bcast_probe(const unsigned char* __restrict__ vec, unsigned long long* __restrict__ ns,
+                                       unsigned int* __restrict__ sum, unsigned int bytes, unsigned int reps,
+                                       unsigned int stride) { FG_KERNEL_BEGIN();
+    __shared__ unsigned int part[32];
+    FG_PDL_WAIT();
+    unsigned long long t0, t1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const uint4* v = reinterpret_cast<const uint4*>(vec + (size_t)(blockIdx.x % max(reps, 1u)) * stride);
+    unsigned int x = 0;
+    for (unsigned int i = threadIdx.x; i < bytes / 16; i += blockDim.x) {
+        const uint4 c = __ldcg(v + i);
+        x ^= c.x ^ c.y ^ c.z ^ c.w;
+    }
+    for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (unsigned int k = 1; k < blockDim.x / 32; ++k) x ^= part[k];
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+        ns[2 * blockIdx.x] = t0;
+        ns[2 * blockIdx.x + 1] = t1 - t0;
+        sum[blockIdx.x] = x;
+    }
+}

@@ -1,7 +1,7 @@
 """Cases for the runtime's own test kernels (ptx/src/runtime_test.cu)."""
 import numpy as np
 
-from fixedgraph.backends.reference.twins.runtime_test import chase_ends
+from fixedgraph.backends.reference.twins.runtime_test import bcast_sums, chase_ends
 from fixedgraph.program import Program, Ref
 from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison
 
@@ -107,3 +107,18 @@ def l2_hol_probe_case(rng):
                       {"last": Check()},
                       reference=lambda v: {"last": chase_ends(v["chase"], G, hops)},
                       notes=f"G {G} hops {hops} mode {mode} inflight {inflight}")
+
+
+@kernel_case("bcast_probe")
+def bcast_probe_case(rng):
+    # every CTA xor-reduces replica b % reps of the row, whatever the grid, block and stride
+    G, reps = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+    nbytes = 16 * int(rng.integers(1, 600))
+    stride = nbytes + 16 * int(rng.integers(0, 8))
+    p = Program("bcast_probe")
+    p.launch("bcast_probe", (G,), (int(rng.choice([32, 128, 256])),), [Ref("vec"), Ref("ns"), Ref("sum"), nbytes, reps, stride])
+    vec = Buffer(rng.integers(0, 1 << 32, size=(reps * stride) // 4, dtype=np.uint64).astype(np.uint32), "u32")
+    return KernelCase("bcast_probe", p, {"vec": vec, "ns": poison(2 * G, "u64"), "sum": poison(G, "u32")},
+                      {"sum": Check()},
+                      reference=lambda v: {"sum": bcast_sums(v["vec"].astype(np.uint32), G, nbytes, reps, stride)},
+                      notes=f"G {G} reps {reps} bytes {nbytes} stride {stride}")

@@ -98,3 +98,19 @@ def l2_hol_probe(mem, grid, block, src, chase, ns, last, inflight, hops, mode):
     G = grid[0]
     mem.view(ns, np.uint64, 3 * G)[:] = 0
     mem.view(last, np.uint32, G)[:] = chase_ends(_Table(mem, chase), G, hops)
+
+
+def bcast_sums(words: np.ndarray, ctas: int, bytes_: int, reps: int, stride: int) -> np.ndarray:
+    """bcast_probe's sum[b]: the xor of the u32 words of replica b % reps (``words``: vec as u32)."""
+    n, step = bytes_ // 4, stride // 4
+    per_rep = [np.bitwise_xor.reduce(words[r * step: r * step + n]) if n else np.uint32(0) for r in range(max(reps, 1))]
+    return np.array([per_rep[b % max(reps, 1)] for b in range(ctas)], np.uint32)
+
+
+@twin("bcast_probe")
+def bcast_probe(mem, grid, block, vec, ns, sum_, bytes_, reps, stride):
+    """Each CTA's xor of its replica; no clock on the reference backend (times 0)."""
+    G = grid[0]
+    words = mem.view(vec, np.uint32, ((max(reps, 1) - 1) * stride + bytes_) // 4)
+    mem.view(sum_, np.uint32, G)[:] = bcast_sums(words, G, bytes_, reps, stride)
+    mem.view(ns, np.uint64, 2 * G)[:] = 0
