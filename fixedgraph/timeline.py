@@ -50,8 +50,8 @@ class LaunchTimes:
     # per CTA: mark k minus the CTA's own wait passed (its start when it has no wait), median over
     # the CTAs that reached it (a phase's typical cost, apart from the stragglers marks_us shows)
     cta_marks_us: list[float | None] | None = None
-    # per CTA: its last warp past the wait minus its first (warps still issuing their weight
-    # preload reach the wait late), median over the CTAs
+    # per CTA: its last warp past the wait minus its first (warps busy before the wait, e.g. with
+    # a dependent load, reach it late), median over the CTAs
     wait_spread_us: float | None = None
 
 
