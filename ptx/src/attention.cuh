@@ -22,6 +22,26 @@ __device__ __forceinline__ void unpack8(const uint4 &v, float (&f)[8]) {
     }
 }
 
+// n / d and n % d for a divisor fixed per launch (the KV block size) and n < 2^31, without the
+// ~25-instruction integer division at every use: m = floor((2^32 - 1) / d) once, then
+// q' = umulhi(n, m) is q or q - 1 (n * m / 2^32 >= n / d - n / 2^32 > n / d - 1/2), and one
+// compare fixes it. Exact for every d >= 1 (checked exhaustively in tests/reference).
+struct DivBy {
+    unsigned d, m;
+};
+
+__device__ __forceinline__ DivBy div_by(unsigned d) { return DivBy{d, 0xFFFFFFFFu / d}; }
+
+__device__ __forceinline__ unsigned divmod(const DivBy &v, unsigned n, unsigned &r) {
+    unsigned q = __umulhi(n, v.m);
+    r = n - q * v.d;
+    if (r >= v.d) {
+        r -= v.d;
+        ++q;
+    }
+    return q;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x = lo sits in the low half
     return *reinterpret_cast<uint32_t *>(&h);

@@ -142,7 +142,7 @@ template <int D, bool SUB = false>
 __device__ __forceinline__ void load_kv_tile(
     __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
     const __nv_bfloat16 *__restrict__ v_pool, const int *s_bt, int win0, int kbase, int kend,
-    unsigned block_size, size_t tok_stride, unsigned kvh, int sub_key = -1,
+    const DivBy &bs, size_t tok_stride, unsigned kvh, int sub_key = -1,
     const __nv_bfloat16 *sub_k = nullptr, const __nv_bfloat16 *sub_v = nullptr) {
     constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = D + 8;
     unsigned tok[N];  // pool token index of each chunk's key; ~0u: past kend
@@ -151,8 +151,9 @@ __device__ __forceinline__ void load_kv_tile(
         const int key = kbase + (int)(threadIdx.x + it * kDecThreads) / CHUNKS;
         // keys past kend read kend - 1's entry (kbase < kend whenever a tile is loaded)
         const int kc = min(key, kend - 1);
-        const unsigned blk = (unsigned)s_bt[(int)((unsigned)kc / block_size) - win0];
-        tok[it] = key < kend && !(SUB && key == sub_key) ? blk * block_size + (unsigned)kc % block_size : ~0u;
+        unsigned off;
+        const unsigned blk = (unsigned)s_bt[(int)divmod(bs, (unsigned)kc, off) - win0];
+        tok[it] = key < kend && !(SUB && key == sub_key) ? blk * bs.d + off : ~0u;
     }
 #pragma unroll
     for (int it = 0; it < N; ++it) {
@@ -360,6 +361,7 @@ __device__ __forceinline__ void decode_tc(
     // Q (x4, the A operand): matrix lane/8 = (row half (lane/8)&1, dim half lane/16), row lane%8.
     const uint32_t q_lane = smem_addr(s_q + (lane & 15) * LD + (lane >> 4) * 8);
     bool waited = !ROPE;  // PDL: griddepcontrol.wait done (the plain entry waits on entry)
+    const DivBy bs = div_by(block_size);
 
     for (unsigned row = blockIdx.y; row < rows; row += gridDim.y)
     for (unsigned split = blockIdx.z; split < S; split += gridDim.z)
@@ -398,12 +400,12 @@ __device__ __forceinline__ void decode_tc(
             int win0 = sr.start / (int)block_size;
             bt_window(s_bt, bt, win0, (sr.end - 1) / (int)block_size);
             FG_TRACE_MARK(0);  // the split's block-table window in shared memory
-#pragma unroll
+#pragma unroll 1  // one copy of load_kv_tile: the code after the wait stays small (i-fetch)
             for (int st = 0; st < kDecStages; ++st) {
                 if (st < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
                     load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, sr.start + st * TK,
-                                          sr.end, block_size, tok_stride, kvh, sub_key,
+                                          sr.end, bs, tok_stride, kvh, sub_key,
                                           h0 ? s_ck : nullptr, h0 ? s_cv : nullptr);
                 } else {
                     cp_async_commit();
@@ -509,7 +511,7 @@ __device__ __forceinline__ void decode_tc(
                         bt_window(s_bt, bt, win0, (sr.end - 1) / (int)block_size);
                     }
                     load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, kb0, sr.end,
-                                          block_size, tok_stride, kvh, sub_key, s_ck, s_cv);
+                                          bs, tok_stride, kvh, sub_key, s_ck, s_cv);
                 } else {
                     cp_async_commit();
                 }

@@ -313,6 +313,9 @@ DECODE_CASES = {
     "attention_decode_r3_bs16_h12kv1_d64_s1": (3, 16, 12, 1, 64, 1),  # G=12: a partial pass
     "attention_decode_r2_bs16_h40kv2_d64_s5": (2, 16, 40, 2, 64, 5),  # G=20: two MMA head passes
     "attention_decode_r4_bs16_h16kv8_d96_s3": (4, 16, 16, 8, 96, 3),
+    # block sizes that are not powers of two (the kernel divides by them with a multiply)
+    "attention_decode_r3_bs12_h8kv4_d96_s4": (3, 12, 8, 4, 96, 4),
+    "attention_decode_r2_bs7_h16kv8_d128_s5": (2, 7, 16, 8, 128, 5),
 }
 
 # name -> (rows, num_splits, Hq, Hkv, D): seq_len 1 .. past S * block_size (see _split_decode_case)
@@ -345,6 +348,9 @@ ROPE_CASES = {
     "attention_decode_rope_r3_bs16_h40kv2_d64_s1_norm": (3, 16, 40, 2, 64, 1, True, [70, 300, 1], None),
     # more than 512 blocks in one split: the kernel's shared block-table window moves (twice at 1200)
     "attention_decode_rope_r2_bs1_h8kv2_d128_s1": (2, 1, 8, 2, 128, 1, False, [1200, 600], None),
+    # block sizes that are not powers of two: the token's slot and every key's block by multiply
+    "attention_decode_rope_r3_bs24_h16kv8_d128_s7_norm": (3, 24, 16, 8, 128, 7, True, [97, 24, 1000], None),
+    "attention_decode_rope_r2_bs5_h12kv2_d64_s3": (2, 5, 12, 2, 64, 3, False, [130, 6], 1),
 }
 
 # name -> (rows, Hq, D, num_splits)

@@ -310,3 +310,26 @@ def test_rope_decode_launch():
         ops.attention_decode_rope(Program("p"), *refs, None, 1, 4, 16, 8, 8, 256, 0.1, 1e-6, 1)
     with pytest.raises(ValueError, match="needs scratch regions"):
         ops.attention_decode_rope(Program("p"), *refs, None, 1, 4, 16, 8, 8, 128, 0.1, 1e-6, 3)
+
+
+def _divmod_by_multiply(n: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """attn::divmod (attention.cuh) in numpy: q' = umulhi(n, floor((2^32 - 1) / d)), one fix-up."""
+    m = np.uint64(0xFFFFFFFF // d)
+    q = (n.astype(np.uint64) * m) >> np.uint64(32)
+    r = n.astype(np.int64) - q.astype(np.int64) * d
+    fix = r >= d
+    return q.astype(np.int64) + fix, r - d * fix
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 7, 12, 16, 24, 100, 1000, 4096, 65537, 2**31 - 1])
+def test_block_division_by_multiply_is_exact(d, rng):
+    """The decode kernels divide key indices (< 2^31) by the block size with a multiply: exact
+    for every block size, at block edges, at the largest key, and on random keys."""
+    edges = np.arange(1, 64, dtype=np.int64) * d
+    n = np.concatenate([np.array([0, 1, 2**31 - 1, 2**31 - 2], dtype=np.int64),
+                        edges - 1, edges, edges + 1,
+                        rng.integers(0, 2**31, 100_000, dtype=np.int64)])
+    n = n[(n >= 0) & (n < 2**31)]
+    q, r = _divmod_by_multiply(n, d)
+    np.testing.assert_array_equal(q, n // d)
+    np.testing.assert_array_equal(r, n % d)
