@@ -157,13 +157,12 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
   ss = warp_sum(ss);
   if (lane == 0) red[0][warp] = ss;
   __syncthreads();
-  if (threadIdx.x == 0) {  // exact sqrtf and division, as add_rmsnorm
-    float sum = 0.0f;
-    for (uint32_t w = 0; w < (bd >> 5); ++w) sum += red[0][w];
-    red[8][0] = 1.0f / sqrtf(sum / (float)K + eps);
-  }
-  __syncthreads();
-  const float inv_rms = red[8][0];
+  // Every thread sums the warps' partials itself, in the same order (the same bits in every
+  // thread): one barrier fewer than thread 0 publishing 1/rms. Exact sqrtf and division, as
+  // add_rmsnorm.
+  float sum = 0.0f;
+  for (uint32_t w = 0; w < (bd >> 5); ++w) sum += red[0][w];
+  const float inv_rms = 1.0f / sqrtf(sum / (float)K + eps);
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const uint32_t i = threadIdx.x + j * bd;
