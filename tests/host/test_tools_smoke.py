@@ -37,6 +37,21 @@ def test_kernel_list_is_current():
     assert out.returncode == 0 and listed == out.stdout.splitlines()
 
 
+def test_check_ptx_reports_sass_sizes():
+    """tools/check_ptx.py --sizes assembles every module and prints each entry's SASS size and the
+    decode chain's code per layer (needs ptxas and readelf, as .ci/run's check does)."""
+    if shutil.which("ptxas") is None or shutil.which("readelf") is None:
+        pytest.skip("ptxas or readelf not installed")
+    out = subprocess.run([sys.executable, str(ROOT / "tools/check_ptx.py"), "--sizes"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {l.split()[0]: l.split() for l in out.stdout.splitlines() if l.startswith(("gemv_", "paged_"))}
+    assert float(rows["gemv_bf16_vec"][2]) > 1 and int(rows["gemv_bf16_vec"][3]) > 0  # KB, registers
+    layer = next(l for l in out.stdout.splitlines() if l.startswith("decode layer"))
+    assert all(e in layer for e in ("gemv_rmsnorm_bf16_row", "paged_attention_decode_rope_d128", "gemv_bf16_vec",
+                                    "gemv_rmsnorm_silu_bf16_row"))
+
+
 def test_ab_prepare_exports_each_ref(tmp_path):
     """tools/ab_prepare.sh exports committed trees for gpu_check's ab stage (needs a git checkout)."""
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
