@@ -9,7 +9,9 @@
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
 # the same call, so that a change is judged against its baseline on the same machine and clocks.
-# AB_PROFILE=1: the first round also profiles each side (tables in ab_NAME_1.log).
+# AB_PROFILE=1: the first round also profiles each side (tables in ab_NAME_1.log). Each side's
+# bench is cut at AB_TIMEOUT seconds (240) and the kernels stage at KERNELS_TIMEOUT (300), so a
+# hung candidate (e.g. a flag handoff that never publishes) costs its stage, not the call.
 # AB_KERNELS="--only attention" (bench_kernels.py arguments): each round also runs the kernel
 # bench in every side (abk_NAME_ROUND.log/.json), e.g. for long-context attention.
 # long: the model bench at LONG_PROMPTS (default "4096 32768"), LONG_NEW new tokens (64), with
@@ -70,7 +72,7 @@ if want runtime; then
   cat "$OUT/bench_runtime.log"
 fi
 if want kernels; then
-  python3 tools/bench_kernels.py --json "$OUT/bench_kernels.json" ${KERNELS_ARGS:-} > "$OUT/bench_kernels.log" 2>&1
+  timeout ${KERNELS_TIMEOUT:-300} python3 tools/bench_kernels.py --json "$OUT/bench_kernels.json" ${KERNELS_ARGS:-} > "$OUT/bench_kernels.log" 2>&1
   note "bench_kernels rc=$?"
   cat "$OUT/bench_kernels.log" | tail -30
 fi
@@ -96,7 +98,7 @@ if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
       # what ran on this side (tools/ab_prepare.sh wrote it; the device's git may be stale)
       if [ "$d" = . ]; then ref=$(cat .ab/CANDIDATE 2>/dev/null || echo "working tree"); else ref=$(cat "$d/AB_COMMIT" 2>/dev/null || echo "?"); fi
       prof=(); [ -n "${AB_PROFILE:-}" ] && [ "$r" = 1 ] && mkdir -p "$OUT/prof_$name" && prof=(--profile-dir "$OUT/prof_$name")
-      (cd "$dir" && FIXEDGRAPH_COMMIT="${ref#* }" PYTHONPATH="$dir:$site" python3 tools/bench.py --peers= ${AB_ARGS:-} \
+      (cd "$dir" && FIXEDGRAPH_COMMIT="${ref#* }" PYTHONPATH="$dir:$site" timeout ${AB_TIMEOUT:-240} python3 tools/bench.py --peers= ${AB_ARGS:-} \
          "${prof[@]}" --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
       note "ab $name [$ref] round $r rc=$?: $(bench_line "$OUT/ab_${name}_$r.json")"
       if [ -n "${AB_KERNELS:-}" ]; then
