@@ -139,11 +139,15 @@ def gemv_rmsnorm_argmax(mem, grid, block, logits, tokens, ring, step, ring_len, 
 
 # The lean entries (gemv.cu's LEAN forms): the generic entries' results for the launches they
 # take; a launch outside them traps on the GPU, here an error naming what was wrong.
-def _lean_check(entry: str, K: int, rows: int | None = None, *ptrs: tuple[int, int]) -> None:
+def _lean_check(entry: str, K: int, rows: int | None = None, *ptrs: tuple[int, int], threads: int = 0) -> None:
+    """rows: the one-row entries' count (None: any); threads: their block, whose register RMSNorm
+    reaches K <= 16 x threads (0: no norm)."""
     if K % 8:
         raise ValueError(f"{entry} needs K % 8 == 0, got K={K}; launch it via fixedgraph.ops.gemv")
     if rows is not None and rows != 1:
         raise ValueError(f"{entry} takes one row, got {rows}; launch it via fixedgraph.ops.gemv")
+    if threads and K > 16 * threads:
+        raise ValueError(f"{entry}: K={K} > 16 x {threads} threads (the register RMSNorm's reach)")
     for addr, n in ptrs:
         if addr % n:
             raise ValueError(f"{entry}: a pointer is not {n}-byte aligned; launch it via fixedgraph.ops.gemv")
@@ -158,18 +162,15 @@ def gemv_bf16_vec(mem, grid, block, out, x, w, bias, rows, N, K, split):
 @twin("gemv_rmsnorm_bf16_row")
 def gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
                           eps):
-    if K > 16 * block[0]:
-        raise ValueError(f"gemv_rmsnorm_bf16_row: K={K} > 16 x {block[0]} threads (the register RMSNorm's reach)")
-    _lean_check("gemv_rmsnorm_bf16_row", K, rows, (hidden_in, 16), (hidden_out, 16), (delta, 8), (norm_w, 8), (w, 16))
+    _lean_check("gemv_rmsnorm_bf16_row", K, rows, (hidden_in, 16), (hidden_out, 16), (delta, 8), (norm_w, 8), (w, 16),
+                threads=block[0])
     gemv_rmsnorm_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split, eps)
 
 
 @twin("gemv_rmsnorm_silu_bf16_row")
 def gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
                                split, eps):
-    if K > 16 * block[0]:
-        raise ValueError(f"gemv_rmsnorm_silu_bf16_row: K={K} > 16 x {block[0]} threads (the register RMSNorm's reach)")
     _lean_check("gemv_rmsnorm_silu_bf16_row", K, rows, (hidden_in, 16), (hidden_out, 16), (delta, 8), (norm_w, 8),
-                (w, 16))
+                (w, 16), threads=block[0])
     gemv_rmsnorm_silu_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
                            eps)
