@@ -17,7 +17,10 @@ in 4-64 KiB chunks, cp.async, register loads), as aggregate and per-SM GB/s. ``-
 [--hol-kb 0 32 96]``: the latency of L2-hit loads and the issue time of a CTA's copies while that
 much of them is in flight from DRAM (cp.async from every thread, or bulk copies). ``--only
 bcast``: how long 1-396 CTAs take to read one small row (4 or 16 KiB, or 16 replicas of it)
-right after their PDL wait, as a decode GEMV's CTAs read the residual row.
+right after their PDL wait, as a decode GEMV's CTAs read the residual row. ``--only icache``:
+how long a CTA's first 2, 8 or 32 KB of code after its PDL wait take when that code is cold in
+the SM's instruction caches (icache_flush ran ~160 KB of code just before) against warm (the
+same probe ran just before), per KB: the price of the decode kernels' 20-60 KB of SASS each.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fixedgraph import bf16  # noqa: E402
 from fixedgraph.backends import get_device  # noqa: E402
-from fixedgraph.backends.reference.twins.runtime_test import chase_ends  # noqa: E402
+from fixedgraph.backends.reference.twins.runtime_test import ICACHE_FMAS, chase_ends, icache_sums  # noqa: E402
 from fixedgraph.layout import ArenaPlan  # noqa: E402
 from fixedgraph.ops import attention, gemv  # noqa: E402
 from fixedgraph.program import Program, Ref  # noqa: E402
@@ -270,6 +273,55 @@ def bench_bcast(dev, ctas: int, nbytes: int, reps: int, writer: bool, smoke: boo
             "release_spread_ns": float(ns[:, 0].max() - ns[:, 0].min())}
 
 
+ICACHE_PROBES = ("icache_probe_2k", "icache_probe_8k", "icache_probe_32k")  # 2, 8, 32 KB of FMAs after the wait
+
+
+def bench_icache(dev, entry: str, ctas: int, threads: int, smoke: bool, rng, a: float = 0.999,
+                 b: float = 0.001) -> dict:
+    """``ctas`` CTAs of ``threads`` run ``entry``'s straight line of FMAs (16 bytes of SASS each:
+    2, 8 or 32 KB) right after their PDL wait, its code warm (the same probe ran just before, on
+    one CTA per SM so that every SM holds it) or cold in the SM's instruction caches (icache_flush,
+    one CTA of 256 per SM, ran ~160 KB of code just before; the code stays in L2 either way), as a
+    decode kernel's code after its wait is cold when the layer's ~120 KB cycled through the SM.
+    Per CTA, ns from its wait until its last warp's FMAs are done (medians, p90 over the CTAs of
+    the copies), and (cold - warm) per KB of FMA code: what a KB of cold code costs a kernel."""
+    G = 2 if smoke else ctas
+    sms = 2 if smoke else int(dev.properties()["sm_count"])
+    fmas = ICACHE_FMAS[entry]
+    kb = fmas * 16 / 1024
+    c = 2 if smoke else 4
+    plan = ArenaPlan()
+    plan.add("out", (max(G, sms) * threads,), "f32")
+    plan.add("flush_out", (sms * 256,), "f32")
+    plan.add("ns_first", (2 * max(G, sms),), "u64")
+    for i in range(c):
+        plan.add(f"ns{i}", (2 * G,), "u64")
+    arena = dev.arena(plan)
+    label = f"{kb:.0f} KB x{G} t{threads}"
+    want = np.tile(icache_sums(threads, fmas, a, b), G)
+    res = {}
+    for mode in ("warm", "cold"):
+        prog = Program(f"icache.{label}.{mode}")
+        for i in range(c):
+            if mode == "warm":  # the same code just ran on every SM
+                prog.launch(entry, (max(G, sms),), (threads,), [Ref("ns_first"), Ref("out"), a, b])
+            else:  # ~160 KB of other code just ran on every SM
+                prog.launch("icache_flush", (sms,), (256,), [Ref("flush_out"), a, b])
+            prog.launch(entry, (G,), (threads,), [Ref(f"ns{i}"), Ref("out"), a, b])
+        res[mode] = time_program(dev, prog, arena, 2 * c, smoke, free=False)
+        if not np.array_equal(arena.read("out")[:G * threads], want):
+            raise RuntimeError(f"{entry}: a thread's FMA chains summed to the wrong value")
+        ns = np.concatenate([arena.read(f"ns{i}").astype(np.int64).reshape(G, 2)[:, 1] for i in range(c)])
+        res[mode].update({f"{mode}_ns_median": float(np.median(ns)), f"{mode}_ns_p90": float(np.percentile(ns, 90))})
+    if not smoke:
+        dev.free(arena.base)
+    return {"kernel": "icache", "shape": label, "bytes": G * threads * 4, "ctas": G, "threads": threads,
+            "entry": entry, "code_kb": kb, "us": res["warm"]["us"], "cold_us": res["cold"]["us"],
+            **{k: v for r in res.values() for k, v in r.items() if k != "us"},
+            "cold_minus_warm_ns_per_kb_median": (res["cold"]["cold_ns_median"] - res["warm"]["warm_ns_median"]) / kb,
+            "cold_minus_warm_ns_per_kb_p90": (res["cold"]["cold_ns_p90"] - res["warm"]["warm_ns_p90"]) / kb}
+
+
 def time_program(dev, prog, arena, launches: int, smoke: bool, free: bool = True) -> dict:
     graph = dev.graph(dev.bind(prog, arena))
     if smoke:
@@ -288,7 +340,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
-    ap.add_argument("--only", choices=("gemv", "attention", "staging", "hol", "bcast"), help="time only these kernels")
+    ap.add_argument("--only", choices=("gemv", "attention", "staging", "hol", "bcast", "icache"), help="time only these kernels")
     ap.add_argument("--staging-kb", type=int, nargs="+", default=[48, 96, 190],
                     help="staging probe: KiB per CTA (one CTA per SM)")
     ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
@@ -311,6 +363,7 @@ def main() -> int:
         rows += bench_staging(dev, 4096, True, rng)
         rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
         rows.append(bench_bcast(dev, 2, 4096, 2, True, True, rng))
+        rows += [bench_icache(dev, e, 2, 32, True, rng) for e in ICACHE_PROBES]
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
     import torch  # the copy-bandwidth ceiling, measured the same way as tools/bench.py
@@ -328,6 +381,11 @@ def main() -> int:
                 for reps in ((1, 16) if ctas > 1 else (1,)):
                     rows.append(bench_bcast(dev, ctas, nbytes, reps, True, False, rng))
             rows.append(bench_bcast(dev, 396, nbytes, 1, False, False, rng))
+    if args.only == "icache":
+        for entry in ICACHE_PROBES:
+            for threads in (32, 256):
+                for ctas in (int(dev.properties()["sm_count"]), 1):
+                    rows.append(bench_icache(dev, entry, ctas, threads, False, rng))
     if args.only == "staging":
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng)
@@ -374,6 +432,10 @@ def main() -> int:
     for r in (r for r in rows if r["kernel"] == "bcast"):
         print(f"bcast {r['shape']:<22} read after the wait: median {r['read_ns_median']:6.0f} ns p90 "
               f"{r['read_ns_p90']:6.0f} max {r['read_ns_max']:6.0f}; waits released over {r['release_spread_ns']:6.0f} ns")
+    for r in (r for r in rows if r["kernel"] == "icache"):
+        print(f"icache {r['shape']:<18} after the wait: warm median {r['warm_ns_median']:6.0f} ns p90 "
+              f"{r['warm_ns_p90']:6.0f}; cold median {r['cold_ns_median']:6.0f} p90 {r['cold_ns_p90']:6.0f}; cold - warm per KB: median "
+              f"{r['cold_minus_warm_ns_per_kb_median']:6.1f} ns p90 {r['cold_minus_warm_ns_per_kb_p90']:6.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_GBps": copy, "rows": rows}, indent=1))
     return 0

@@ -278,3 +278,64 @@ extern "C" __global__ void bcast_probe(const unsigned char* __restrict__ vec, un
         sum[blockIdx.x] = x;
     }
 }
+
+// Instruction-cache probe (tools/bench_kernels.py --only icache): the question behind the decode
+// kernels' code size (20-60 KB of SASS each, ~120 KB a layer cycling through every SM; shrinking
+// the code measurably sped them up): how long does a CTA lose right after its PDL wait when the
+// code it runs there is cold in the SM's instruction caches, per KB of SASS? The body is one
+// straight line of N fma.rn.f32 (one 16-byte FFMA each: ~2 / 8 / 32 KB for N = 128 / 512 / 2048)
+// round-robin over 8 independent accumulators per thread, acc[i] = a * (8 * threadIdx.x + i)
+// at the start (so its issue is not latency-bound), then their sum (in order; kept:
+// out[blockIdx.x * blockDim.x + threadIdx.x] = the sum). ns[2b] = %globaltimer after the wait,
+// ns[2b + 1] = ns from there until the CTA's last warp finished its FMAs. icache_flush runs the
+// same body with N = 10240 (~160 KB, more than an SM's instruction caches hold) and no clock:
+// launched between two probes, it leaves the second's code cold (in L2, not in the SM). ptxas
+// 13.0 sm_90 .text: 3.1 / 9.1 / 33.1 KB for the probes, 160.9 KB for the flush. Any grid.
+template <int N>
+__device__ __forceinline__ float icache_body(float a, float b) {
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = __fmul_rn(a, __uint2float_rn(8u * threadIdx.x + i));
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(acc[i % 8]) : "f"(a), "f"(b));
+    float s = acc[0];
+#pragma unroll
+    for (int i = 1; i < 8; ++i) s = __fadd_rn(s, acc[i]);
+    return s;
+}
+
+template <int N>
+__device__ __forceinline__ void icache_probe(unsigned long long* __restrict__ ns, float* __restrict__ out, float a,
+                                             float b) {
+    FG_PDL_WAIT();
+    unsigned long long t0, t1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const float s = icache_body<N>(a, b);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+        ns[2 * blockIdx.x] = t0;
+        ns[2 * blockIdx.x + 1] = t1 - t0;
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
+extern "C" __global__ void icache_probe_2k(unsigned long long* __restrict__ ns, float* __restrict__ out, float a,
+                                           float b) { FG_KERNEL_BEGIN();
+    icache_probe<128>(ns, out, a, b);
+}
+
+extern "C" __global__ void icache_probe_8k(unsigned long long* __restrict__ ns, float* __restrict__ out, float a,
+                                           float b) { FG_KERNEL_BEGIN();
+    icache_probe<512>(ns, out, a, b);
+}
+
+extern "C" __global__ void icache_probe_32k(unsigned long long* __restrict__ ns, float* __restrict__ out, float a,
+                                            float b) { FG_KERNEL_BEGIN();
+    icache_probe<2048>(ns, out, a, b);
+}
+
+extern "C" __global__ void icache_flush(float* __restrict__ out, float a, float b) { FG_KERNEL_BEGIN();
+    FG_PDL_WAIT();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = icache_body<10240>(a, b);
+}

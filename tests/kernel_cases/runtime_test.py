@@ -1,7 +1,7 @@
 """Cases for the runtime's own test kernels (ptx/src/runtime_test.cu)."""
 import numpy as np
 
-from fixedgraph.backends.reference.twins.runtime_test import bcast_sums, chase_ends
+from fixedgraph.backends.reference.twins.runtime_test import ICACHE_FMAS, bcast_sums, chase_ends, icache_sums
 from fixedgraph.program import Program, Ref
 from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison
 
@@ -122,3 +122,23 @@ def bcast_probe_case(rng):
                       {"sum": Check()},
                       reference=lambda v: {"sum": bcast_sums(v["vec"].astype(np.uint32), G, nbytes, reps, stride)},
                       notes=f"G {G} reps {reps} bytes {nbytes} stride {stride}")
+
+
+def icache_case(entry: str):
+    def case(rng):
+        # every thread's 8 FMA chains and their sum, bit for bit (fma.rn.f32: one rounding each)
+        G, T = int(rng.integers(1, 4)), int(rng.choice([32, 64]))
+        a, b = float(np.float32(rng.uniform(0.5, 0.999))), float(np.float32(rng.standard_normal()))
+        p = Program(entry)
+        timed = entry != "icache_flush"
+        p.launch(entry, (G,), (T,), ([Ref("ns")] if timed else []) + [Ref("out"), a, b])
+        bufs = {"out": poison(G * T, "f32"), **({"ns": poison(2 * G, "u64")} if timed else {})}
+        return KernelCase(entry, p, bufs, {"out": Check()},
+                          reference=lambda v: {"out": np.tile(icache_sums(T, ICACHE_FMAS[entry], a, b), G)},
+                          notes=f"G {G} T {T} a {a} b {b}")
+
+    return case
+
+
+for _entry in ICACHE_FMAS:
+    kernel_case(_entry)(icache_case(_entry))
