@@ -339,3 +339,78 @@ extern "C" __global__ void icache_flush(float* __restrict__ out, float a, float 
     FG_PDL_WAIT();
     out[blockIdx.x * blockDim.x + threadIdx.x] = icache_body<10240>(a, b);
 }
+
+// Handoff probe (tools/bench_kernels.py --only handoff): what one kernel-to-kernel handoff of the
+// decode chain costs as a PDL wait (griddepcontrol.wait: the predecessor grid has completed and
+// its writes are flushed; ~1-1.9 µs from its last CTA's exit to the first wait released, session
+// 14's timelines) against a flag: the predecessor's CTAs bump an arrival counter after their
+// stores, the last one publishes the step's epoch in a flag, and the successor's CTAs, launched
+// early (launch_dependents at their start), poll that flag instead of waiting for the grid.
+//   out[i] = ld.cg(in[(i + 1) % n]) + 1 for i = blockIdx.x * blockDim.x + threadIdx.x < n: every
+//   CTA reads what other CTAs of the predecessor wrote. Modes, by argument:
+//   bump != 0:      after its PDL wait, CTA 0 only increments *step (the chain's epoch) and exits.
+//   flag_in NULL:   PDL handoff (FG_PDL_WAIT, then launch_dependents, as every decode kernel).
+//   flag_in set:    flag handoff: launch_dependents first, epoch = ld.cg(*step) (a kernel that
+//                   completed before this grid launched wrote it: see below), thread 0 polls
+//                   ld.acquire.gpu(*flag_in) until it equals the epoch, then a barrier.
+//   flag_out set:   after the stores every thread fences, a barrier, then thread 0 bumps
+//                   *counter (0 at rest); the last CTA to arrive resets it to 0 and stores the
+//                   epoch to *flag_out with release semantics.
+//   ns[3 * b + 0, 1, 2] = %globaltimer at CTA b's entry, when its handoff passed, and after its
+//   stores (and arrival).
+// NOTE (epoch): *step is bumped by a grid followed by a PDL-waiting one (flag_in NULL) whose CTAs
+// signal launch_dependents only after their wait, so every flag grid launches after the bumping
+// grid completed and reads this step's epoch before its poll. A flag grid's own successors launch
+// as soon as all its CTAs started; they cannot starve it of SM slots (it is wholly resident).
+// Any grid and block (threads cover n).
+extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n, unsigned* counter,
+                                         const unsigned* flag_in, unsigned* flag_out, unsigned* step,
+                                         unsigned bump, unsigned long long* ns) { FG_KERNEL_BEGIN();
+    unsigned long long t0, t1, t2;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    if (bump) {
+        FG_PDL_WAIT();
+        if (blockIdx.x == 0 && threadIdx.x == 0) *step += 1u;
+        return;
+    }
+    unsigned epoch = 0;
+    if (flag_in == nullptr) {
+        FG_PDL_WAIT();
+        epoch = __ldcg(step);
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+        epoch = __ldcg(step);
+        if (threadIdx.x == 0) {
+            unsigned f;
+            for (;;) {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(f) : "l"(flag_in) : "memory");
+                if (f == epoch) break;
+                __nanosleep(32);
+            }
+        }
+        __syncthreads();
+    }
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __ldcg(in + (i + 1u) % n) + 1.0f;
+    if (flag_out != nullptr) {
+        __threadfence();  // this thread's store, before the CTA's arrival
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const unsigned old = atomicAdd(counter, 1u);
+            if (old == gridDim.x - 1u) {  // last to arrive: every CTA's stores are ordered before
+                *counter = 0u;
+                __threadfence();
+                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag_out), "r"(epoch) : "memory");
+            }
+        }
+    }
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t2));
+    if (threadIdx.x == 0) {
+        ns[3 * blockIdx.x] = t0;
+        ns[3 * blockIdx.x + 1] = t1;
+        ns[3 * blockIdx.x + 2] = t2;
+    }
+}

@@ -180,3 +180,35 @@ def icache_probe_32k(mem, grid, block, ns, out, a, b):
 def icache_flush(mem, grid, block, out, a, b):
     """Each thread's sum (the flush's code is what matters on the GPU, not its result)."""
     _icache(mem, grid, block, out, a, b, ICACHE_FMAS["icache_flush"])
+
+
+def handoff_chain(x: np.ndarray, launches: int) -> np.ndarray:
+    """What ``launches`` handoff_probe grids of a chain leave in the last one's out, starting from
+    ``x`` (each: out[i] = in[(i + 1) % n] + 1, in float32)."""
+    y = x.astype(np.float32)
+    for _ in range(launches):
+        y = np.roll(y, -1) + np.float32(1.0)
+    return y
+
+
+@twin("handoff_probe")
+def handoff_probe(mem, grid, block, in_, out, n, counter, flag_in, flag_out, step, bump, ns):
+    """The chain's data and flags (launches run one after another here: every flag is already set
+    when read; one that is not names a broken chain); no clock (times 0)."""
+    G = grid[0]
+    st = mem.view(step, np.uint32, 1)
+    if bump:
+        st[0] += np.uint32(1)
+        return
+    epoch = st[0]
+    if flag_in and mem.view(flag_in, np.uint32, 1)[0] != epoch:
+        raise RuntimeError(f"handoff_probe: flag_in holds {mem.view(flag_in, np.uint32, 1)[0]}, not this step's "
+                           f"epoch {epoch}: its producer did not publish (no flag_out, or no bump before the chain)")
+    m = min(n, G * block[0])
+    src = mem.view(in_, np.float32, n).copy()
+    mem.view(out, np.float32, n)[:m] = (np.roll(src, -1) + np.float32(1.0))[:m]
+    if flag_out:
+        if mem.view(counter, np.uint32, 1)[0] != 0:
+            raise RuntimeError("handoff_probe: the arrival counter is not 0 at rest")
+        mem.view(flag_out, np.uint32, 1)[0] = epoch
+    mem.view(ns, np.uint64, 3 * G)[:] = 0
