@@ -384,9 +384,10 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
         epoch = __ldcg(step);
         if (threadIdx.x == 0) {
             unsigned f;
-            for (;;) {
+            for (unsigned spins = 0;; ++spins) {
                 asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(f) : "l"(flag_in) : "memory");
                 if (f == epoch) break;
+                if (spins == (1u << 24)) __trap();  // seconds: a flag nobody publishes (fault, no hang)
                 __nanosleep(32);
             }
         }
