@@ -191,7 +191,13 @@ __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, con
   const bool vec = K % 4 == 0 && aligned_to(hin, 16) && (!hout || aligned_to(hout, 16)) &&
                    (!delta || aligned_to(delta, 8)) && aligned_to(norm_w, 8);
   if (rows == 1 && vec && K / 4 <= GEMV_NORM_REG_VECS * blockDim.x) {
-    rmsnorm_row_regs<GEMV_NORM_REG_VECS>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
+    // LEAN: as many register vectors per thread as the row needs (one for K <= 4 * blockDim, the
+    // small models), so the code run after the wait is that straight line, not four predicated
+    // copies; the same per-element order and bits.
+    if (LEAN && K / 4 <= blockDim.x)
+      rmsnorm_row_regs<1>(xs, hin, delta, hout, norm_w, K, eps, red);
+    else
+      rmsnorm_row_regs<GEMV_NORM_REG_VECS>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
     return;
   }
   if constexpr (LEAN) {
