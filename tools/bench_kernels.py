@@ -17,7 +17,13 @@ in 4-64 KiB chunks, cp.async, register loads), as aggregate and per-SM GB/s. ``-
 [--hol-kb 0 32 96]``: the latency of L2-hit loads and the issue time of a CTA's copies while that
 much of them is in flight from DRAM (cp.async from every thread, or bulk copies). ``--only
 bcast``: how long 1-396 CTAs take to read one small row (4 or 16 KiB, or 16 replicas of it)
-right after their PDL wait, as a decode GEMV's CTAs read the residual row.
+right after their PDL wait, as a decode GEMV's CTAs read the residual row. ``--only icache``:
+how long a CTA's first 2, 8 or 32 KB of code after its PDL wait take when that code is cold in
+the SM's instruction caches (icache_flush ran ~160 KB of code just before) against warm (the
+same probe ran just before), per KB: the price of the decode kernels' 20-60 KB of SASS each.
+``--only handoff``: what one kernel-to-kernel handoff costs as a PDL wait (the predecessor grid
+completed) against a flag its last CTA publishes (successors launched early, polling), over
+chains of 64-396 CTAs a grid that each read what the grid before wrote.
 """
 from __future__ import annotations
 
@@ -32,10 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fixedgraph import bf16  # noqa: E402
 from fixedgraph.backends import get_device  # noqa: E402
-from fixedgraph.backends.reference.twins.runtime_test import chase_ends  # noqa: E402
+from fixedgraph.backends.reference.twins.runtime_test import (ICACHE_FMAS, chase_ends, handoff_chain,  # noqa: E402
+                                                               icache_sums)
 from fixedgraph.layout import ArenaPlan  # noqa: E402
 from fixedgraph.ops import attention, gemv  # noqa: E402
-from fixedgraph.program import Program, Ref  # noqa: E402
+from fixedgraph.program import Null, Program, Ref  # noqa: E402
 
 L2_BYTES = 60 << 20
 GEMV_SHAPES = {  # (N, K) per model: qkv, o_proj, gate_up, down
@@ -270,6 +277,102 @@ def bench_bcast(dev, ctas: int, nbytes: int, reps: int, writer: bool, smoke: boo
             "release_spread_ns": float(ns[:, 0].max() - ns[:, 0].min())}
 
 
+ICACHE_PROBES = ("icache_probe_2k", "icache_probe_8k", "icache_probe_32k")  # 2, 8, 32 KB of FMAs after the wait
+
+
+def bench_icache(dev, entry: str, ctas: int, threads: int, smoke: bool, rng, a: float = 0.999,
+                 b: float = 0.001) -> dict:
+    """``ctas`` CTAs of ``threads`` run ``entry``'s straight line of FMAs (16 bytes of SASS each:
+    2, 8 or 32 KB) right after their PDL wait, its code warm (the same probe ran just before, on
+    one CTA per SM so that every SM holds it) or cold in the SM's instruction caches (icache_flush,
+    one CTA of 256 per SM, ran ~160 KB of code just before; the code stays in L2 either way), as a
+    decode kernel's code after its wait is cold when the layer's ~120 KB cycled through the SM.
+    Per CTA, ns from its wait until its last warp's FMAs are done (medians, p90 over the CTAs of
+    the copies), and (cold - warm) per KB of FMA code: what a KB of cold code costs a kernel."""
+    G = 2 if smoke else ctas
+    sms = 2 if smoke else int(dev.properties()["sm_count"])
+    fmas = ICACHE_FMAS[entry]
+    kb = fmas * 16 / 1024
+    c = 2 if smoke else 4
+    plan = ArenaPlan()
+    plan.add("out", (max(G, sms) * threads,), "f32")
+    plan.add("flush_out", (sms * 256,), "f32")
+    plan.add("ns_first", (2 * max(G, sms),), "u64")
+    for i in range(c):
+        plan.add(f"ns{i}", (2 * G,), "u64")
+    arena = dev.arena(plan)
+    label = f"{kb:.0f} KB x{G} t{threads}"
+    want = np.tile(icache_sums(threads, fmas, a, b), G)
+    res = {}
+    for mode in ("warm", "cold"):
+        prog = Program(f"icache.{label}.{mode}")
+        for i in range(c):
+            if mode == "warm":  # the same code just ran on every SM
+                prog.launch(entry, (max(G, sms),), (threads,), [Ref("ns_first"), Ref("out"), a, b])
+            else:  # ~160 KB of other code just ran on every SM
+                prog.launch("icache_flush", (sms,), (256,), [Ref("flush_out"), a, b])
+            prog.launch(entry, (G,), (threads,), [Ref(f"ns{i}"), Ref("out"), a, b])
+        res[mode] = time_program(dev, prog, arena, 2 * c, smoke, free=False)
+        if not np.array_equal(arena.read("out")[:G * threads], want):
+            raise RuntimeError(f"{entry}: a thread's FMA chains summed to the wrong value")
+        ns = np.concatenate([arena.read(f"ns{i}").astype(np.int64).reshape(G, 2)[:, 1] for i in range(c)])
+        res[mode].update({f"{mode}_ns_median": float(np.median(ns)), f"{mode}_ns_p90": float(np.percentile(ns, 90))})
+    if not smoke:
+        dev.free(arena.base)
+    return {"kernel": "icache", "shape": label, "bytes": G * threads * 4, "ctas": G, "threads": threads,
+            "entry": entry, "code_kb": kb, "us": res["warm"]["us"], "cold_us": res["cold"]["us"],
+            **{k: v for r in res.values() for k, v in r.items() if k != "us"},
+            "cold_minus_warm_ns_per_kb_median": (res["cold"]["cold_ns_median"] - res["warm"]["warm_ns_median"]) / kb,
+            "cold_minus_warm_ns_per_kb_p90": (res["cold"]["cold_ns_p90"] - res["warm"]["warm_ns_p90"]) / kb}
+
+
+def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 256, chain: int = 16) -> dict:
+    """A chain of ``chain`` handoff_probe grids of ``ctas`` CTAs (after one that bumps the epoch),
+    each CTA reading elements the grid before wrote, handed over by PDL waits (``mode`` "pdl") or
+    by flags (the first grid waits, then each publishes a flag its successor's CTAs poll). Per
+    launch: µs in the graph, and the handoff (a grid's first CTA past its handoff after the
+    previous grid's last CTA finished its stores; medians and p90 over the chain)."""
+    G = 2 if smoke else ctas
+    c = 3 if smoke else chain
+    n = G * threads
+    plan = ArenaPlan()
+    for name in ("a", "b"):
+        plan.add(name, (n,), "f32")
+    plan.add("cnt", (1,), "u32")
+    plan.add("step", (1,), "u32")
+    for j in range(c):
+        plan.add(f"flag{j}", (1,), "u32")
+        plan.add(f"ns{j}", (3 * G,), "u64")
+    arena = dev.arena(plan)
+    x = rng.standard_normal(n).astype(np.float32)
+    arena.write("a", x)
+    for name in ("cnt", "step", *(f"flag{j}" for j in range(c))):
+        arena.write(name, np.zeros(1, np.uint32))
+    label = f"{mode} x{G}"
+    prog = Program(f"handoff.{label}")
+    prog.launch("handoff_probe", (1,), (32,), [Ref("a"), Ref("b"), n, Ref("cnt"), Null(), Null(), Ref("step"), 1,
+                                              Ref("ns0")])
+    bufs = ("a", "b")
+    for j in range(c):
+        flag_in = Ref(f"flag{j - 1}") if mode == "flag" and j > 0 else Null()
+        flag_out = Ref(f"flag{j}") if mode == "flag" else Null()
+        prog.launch("handoff_probe", (G,), (threads,), [Ref(bufs[j % 2]), Ref(bufs[(j + 1) % 2]), n, Ref("cnt"),
+                                                         flag_in, flag_out, Ref("step"), 0, Ref(f"ns{j}")])
+    r = time_program(dev, prog, arena, c + 1, smoke, free=False)
+    replays = 1 if smoke else 22  # time_program's warmup and timed launches, each one pass of the chain
+    got = arena.read(bufs[c % 2])
+    if not np.array_equal(got, handoff_chain(x, replays * c)):
+        raise RuntimeError(f"handoff_probe ({mode}): a grid read data its predecessor had not yet written")
+    ns = np.stack([arena.read(f"ns{j}").astype(np.int64).reshape(G, 3) for j in range(c)])  # [launch][cta][3]
+    gaps = ns[1:, :, 1].min(axis=1) - ns[:-1, :, 2].max(axis=1)
+    early = ns[:-1, :, 2].max(axis=1) - ns[1:, :, 0].min(axis=1)
+    if not smoke:
+        dev.free(arena.base)
+    return {"kernel": "handoff", "shape": label, "bytes": 2 * n * 4, "ctas": G, "mode": mode, **r,
+            "handoff_ns_median": float(np.median(gaps)), "handoff_ns_p90": float(np.percentile(gaps, 90)),
+            "early_ns_median": float(np.median(early))}
+
+
 def time_program(dev, prog, arena, launches: int, smoke: bool, free: bool = True) -> dict:
     graph = dev.graph(dev.bind(prog, arena))
     if smoke:
@@ -288,7 +391,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
-    ap.add_argument("--only", choices=("gemv", "attention", "staging", "hol", "bcast"), help="time only these kernels")
+    ap.add_argument("--only", nargs="+", choices=("gemv", "attention", "staging", "hol", "bcast", "icache", "handoff"),
+                    help="time only these kernels (one or more groups)")
     ap.add_argument("--staging-kb", type=int, nargs="+", default=[48, 96, 190],
                     help="staging probe: KiB per CTA (one CTA per SM)")
     ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
@@ -298,6 +402,7 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 8192, 16384, 32768],
                     help="attention contexts (e.g. one, under ncu)")
     args = ap.parse_args()
+    only = set(args.only or ())  # empty: every group of the default run (gemv, attention)
     rng = np.random.default_rng(0)
     dev = get_device("reference" if args.smoke else "cuda")
     rows = []
@@ -311,6 +416,8 @@ def main() -> int:
         rows += bench_staging(dev, 4096, True, rng)
         rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
         rows.append(bench_bcast(dev, 2, 4096, 2, True, True, rng))
+        rows += [bench_icache(dev, e, 2, 32, True, rng) for e in ICACHE_PROBES]
+        rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
     import torch  # the copy-bandwidth ceiling, measured the same way as tools/bench.py
@@ -320,18 +427,27 @@ def main() -> int:
 
     copy = peers.copy_bandwidth_GBps()
     del torch
-    if args.only == "hol":
+    if "hol" in only:
         rows += [bench_hol(dev, kb * 1024, m, False, rng) for m in (0, 1) for kb in args.hol_kb if kb or m == 0]
-    if args.only == "bcast":
+    if "bcast" in only:
         for nbytes in (4096, 16384):
             for ctas in (1, 64, 132, 264, 396):
                 for reps in ((1, 16) if ctas > 1 else (1,)):
                     rows.append(bench_bcast(dev, ctas, nbytes, reps, True, False, rng))
             rows.append(bench_bcast(dev, 396, nbytes, 1, False, False, rng))
-    if args.only == "staging":
+    if "handoff" in only:
+        for ctas in (64, 132, 264, 396):
+            for mode in ("pdl", "flag"):
+                rows.append(bench_handoff(dev, ctas, mode, False, rng))
+    if "icache" in only:
+        for entry in ICACHE_PROBES:
+            for threads in (32, 256):
+                for ctas in (int(dev.properties()["sm_count"]), 1):
+                    rows.append(bench_icache(dev, entry, ctas, threads, False, rng))
+    if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng)
-    for model, shapes in (GEMV_SHAPES.items() if args.only in (None, "gemv") else ()):
+    for model, shapes in (GEMV_SHAPES.items() if not only or "gemv" in only else ()):
         if args.gemv_model and model != args.gemv_model:
             continue
         # what the decode step launches: norm+qkv, o_proj, norm+gate_up+silu, down (and the
@@ -344,7 +460,7 @@ def main() -> int:
                 for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K)):
                     r["model"] = model
                     rows.append(r)
-    for ctx in (args.ctx if args.only in (None, "attention") else ()):
+    for ctx in (args.ctx if not only or "attention" in only else ()):
         rows.append(bench_attention(dev, ctx, False, rng))
         # layout probe: same bytes and CTAs, each CTA's K/V of a block one contiguous run
         rows.append(bench_attention(dev, ctx, False, rng, Hq=4, Hkv=1, rows=8))
@@ -374,6 +490,14 @@ def main() -> int:
     for r in (r for r in rows if r["kernel"] == "bcast"):
         print(f"bcast {r['shape']:<22} read after the wait: median {r['read_ns_median']:6.0f} ns p90 "
               f"{r['read_ns_p90']:6.0f} max {r['read_ns_max']:6.0f}; waits released over {r['release_spread_ns']:6.0f} ns")
+    for r in (r for r in rows if r["kernel"] == "handoff"):
+        print(f"handoff {r['shape']:<10} {r['us']:6.2f} us a launch; handoff (previous grid's last store -> first CTA "
+              f"past its handoff) median {r['handoff_ns_median']:6.0f} ns p90 {r['handoff_ns_p90']:6.0f}; resident "
+              f"{r['early_ns_median']:6.0f} ns before that store")
+    for r in (r for r in rows if r["kernel"] == "icache"):
+        print(f"icache {r['shape']:<18} after the wait: warm median {r['warm_ns_median']:6.0f} ns p90 "
+              f"{r['warm_ns_p90']:6.0f}; cold median {r['cold_ns_median']:6.0f} p90 {r['cold_ns_p90']:6.0f}; cold - warm per KB: median "
+              f"{r['cold_minus_warm_ns_per_kb_median']:6.1f} ns p90 {r['cold_minus_warm_ns_per_kb_p90']:6.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"copy_GBps": copy, "rows": rows}, indent=1))
     return 0

@@ -116,7 +116,8 @@ __device__ __forceinline__ void rmsnorm_rows(bf16* __restrict__ xs,             
 // One row whose K/4 float4 vectors fit NV per thread: every load of the row (hidden_in, delta
 // and norm_w, which no predecessor writes) is issued at once and kept in registers, so the
 // prologue is one round trip to L2 instead of rmsnorm_rows' two passes of GEMV_PRO_UNROLL
-// vectors each. Same rounding points; the sum of squares is taken in another order.
+// vectors each. Same rounding points; the sum of squares is taken in another order. Writes the
+// row's zero tail too and ends in the barrier after which x is ready (two barriers in all).
 template <int NV>
 __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const float* __restrict__ hin,
                                                  const bf16* __restrict__ delta, float* __restrict__ hout,
@@ -173,7 +174,8 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
       store_bf16<4>(xs + (size_t)i * 4, y);
     }
   }
-  __syncthreads();  // NOTE: red is rewritten by the GEMV's k-split reduce
+  xs_zero_tail(xs, 1, K);  // k in [K, 32 * ceil(K / 32)): other elements than the stores above
+  __syncthreads();  // x ready; NOTE: red is rewritten by the GEMV's k-split reduce
 }
 
 #define GEMV_NORM_REG_VECS 4  // rmsnorm_row_regs: float4 vectors per thread (K <= 16 * blockDim)
@@ -189,9 +191,13 @@ __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, con
   const bool vec = K % 4 == 0 && aligned_to(hin, 16) && (!hout || aligned_to(hout, 16)) &&
                    (!delta || aligned_to(delta, 8)) && aligned_to(norm_w, 8);
   if (rows == 1 && vec && K / 4 <= GEMV_NORM_REG_VECS * blockDim.x) {
-    rmsnorm_row_regs<GEMV_NORM_REG_VECS>(xs, hin, delta, hout, norm_w, K, eps, red);
-    xs_zero_tail(xs, 1, K);
-    __syncthreads();
+    // LEAN: as many register vectors per thread as the row needs (one for K <= 4 * blockDim, the
+    // small models), so the code run after the wait is that straight line, not four predicated
+    // copies; the same per-element order and bits.
+    if (LEAN && K / 4 <= blockDim.x)
+      rmsnorm_row_regs<1>(xs, hin, delta, hout, norm_w, K, eps, red);
+    else
+      rmsnorm_row_regs<GEMV_NORM_REG_VECS>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
     return;
   }
   if constexpr (LEAN) {

@@ -278,3 +278,140 @@ extern "C" __global__ void bcast_probe(const unsigned char* __restrict__ vec, un
         sum[blockIdx.x] = x;
     }
 }
+
+// Instruction-cache probe (tools/bench_kernels.py --only icache): the question behind the decode
+// kernels' code size (20-60 KB of SASS each, ~120 KB a layer cycling through every SM; shrinking
+// the code measurably sped them up): how long does a CTA lose right after its PDL wait when the
+// code it runs there is cold in the SM's instruction caches, per KB of SASS? The body is one
+// straight line of N fma.rn.f32 (one 16-byte FFMA each: ~2 / 8 / 32 KB for N = 128 / 512 / 2048)
+// round-robin over 8 independent accumulators per thread, acc[i] = a * (8 * threadIdx.x + i)
+// at the start (so its issue is not latency-bound), then their sum (in order; kept:
+// out[blockIdx.x * blockDim.x + threadIdx.x] = the sum). ns[2b] = %globaltimer after the wait,
+// ns[2b + 1] = ns from there until the CTA's last warp finished its FMAs. icache_flush runs the
+// same body with N = 10240 (~160 KB, more than an SM's instruction caches hold) and no clock:
+// launched between two probes, it leaves the second's code cold (in L2, not in the SM). ptxas
+// 13.0 sm_90 .text: 3.1 / 9.1 / 33.1 KB for the probes, 160.9 KB for the flush. Any grid.
+template <int N>
+__device__ __forceinline__ float icache_body(float a, float b) {
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = __fmul_rn(a, __uint2float_rn(8u * threadIdx.x + i));
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(acc[i % 8]) : "f"(a), "f"(b));
+    float s = acc[0];
+#pragma unroll
+    for (int i = 1; i < 8; ++i) s = __fadd_rn(s, acc[i]);
+    return s;
+}
+
+template <int N>
+__device__ __forceinline__ void icache_probe(unsigned long long* __restrict__ ns, float* __restrict__ out, float a,
+                                             float b) {
+    FG_PDL_WAIT();
+    unsigned long long t0, t1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const float s = icache_body<N>(a, b);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+        ns[2 * blockIdx.x] = t0;
+        ns[2 * blockIdx.x + 1] = t1 - t0;
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
+extern "C" __global__ void icache_probe_2k(unsigned long long* __restrict__ ns, float* __restrict__ out, float a,
+                                           float b) { FG_KERNEL_BEGIN();
+    icache_probe<128>(ns, out, a, b);
+}
+
+extern "C" __global__ void icache_probe_8k(unsigned long long* __restrict__ ns, float* __restrict__ out, float a,
+                                           float b) { FG_KERNEL_BEGIN();
+    icache_probe<512>(ns, out, a, b);
+}
+
+extern "C" __global__ void icache_probe_32k(unsigned long long* __restrict__ ns, float* __restrict__ out, float a,
+                                            float b) { FG_KERNEL_BEGIN();
+    icache_probe<2048>(ns, out, a, b);
+}
+
+extern "C" __global__ void icache_flush(float* __restrict__ out, float a, float b) { FG_KERNEL_BEGIN();
+    FG_PDL_WAIT();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = icache_body<10240>(a, b);
+}
+
+// Handoff probe (tools/bench_kernels.py --only handoff): what one kernel-to-kernel handoff of the
+// decode chain costs as a PDL wait (griddepcontrol.wait: the predecessor grid has completed and
+// its writes are flushed; ~1-1.9 µs from its last CTA's exit to the first wait released, session
+// 14's timelines) against a flag: the predecessor's CTAs bump an arrival counter after their
+// stores, the last one publishes the step's epoch in a flag, and the successor's CTAs, launched
+// early (launch_dependents at their start), poll that flag instead of waiting for the grid.
+//   out[i] = ld.cg(in[(i + 1) % n]) + 1 for i = blockIdx.x * blockDim.x + threadIdx.x < n: every
+//   CTA reads what other CTAs of the predecessor wrote. Modes, by argument:
+//   bump != 0:      after its PDL wait, CTA 0 only increments *step (the chain's epoch) and exits.
+//   flag_in NULL:   PDL handoff (FG_PDL_WAIT, then launch_dependents, as every decode kernel).
+//   flag_in set:    flag handoff: launch_dependents first, epoch = ld.cg(*step) (a kernel that
+//                   completed before this grid launched wrote it: see below), thread 0 polls
+//                   ld.acquire.gpu(*flag_in) until it equals the epoch, then a barrier.
+//   flag_out set:   after the stores every thread fences, a barrier, then thread 0 bumps
+//                   *counter (0 at rest); the last CTA to arrive resets it to 0 and stores the
+//                   epoch to *flag_out with release semantics.
+//   ns[3 * b + 0, 1, 2] = %globaltimer at CTA b's entry, when its handoff passed, and after its
+//   stores (and arrival).
+// NOTE (epoch): *step is bumped by a grid followed by a PDL-waiting one (flag_in NULL) whose CTAs
+// signal launch_dependents only after their wait, so every flag grid launches after the bumping
+// grid completed and reads this step's epoch before its poll. A flag grid's own successors launch
+// as soon as all its CTAs started; they cannot starve it of SM slots (it is wholly resident).
+// Any grid and block (threads cover n).
+extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n, unsigned* counter,
+                                         const unsigned* flag_in, unsigned* flag_out, unsigned* step,
+                                         unsigned bump, unsigned long long* ns) { FG_KERNEL_BEGIN();
+    unsigned long long t0, t1, t2;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    if (bump) {
+        FG_PDL_WAIT();
+        if (blockIdx.x == 0 && threadIdx.x == 0) *step += 1u;
+        return;
+    }
+    unsigned epoch = 0;
+    if (flag_in == nullptr) {
+        FG_PDL_WAIT();
+        epoch = __ldcg(step);
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+        epoch = __ldcg(step);
+        if (threadIdx.x == 0) {
+            unsigned f;
+            for (unsigned spins = 0;; ++spins) {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(f) : "l"(flag_in) : "memory");
+                if (f == epoch) break;
+                if (spins == (1u << 24)) __trap();  // seconds: a flag nobody publishes (fault, no hang)
+                __nanosleep(32);
+            }
+        }
+        __syncthreads();
+    }
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __ldcg(in + (i + 1u) % n) + 1.0f;
+    if (flag_out != nullptr) {
+        __threadfence();  // this thread's store, before the CTA's arrival
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const unsigned old = atomicAdd(counter, 1u);
+            if (old == gridDim.x - 1u) {  // last to arrive: every CTA's stores are ordered before
+                *counter = 0u;
+                __threadfence();
+                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag_out), "r"(epoch) : "memory");
+            }
+        }
+    }
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t2));
+    if (threadIdx.x == 0) {
+        ns[3 * blockIdx.x] = t0;
+        ns[3 * blockIdx.x + 1] = t1;
+        ns[3 * blockIdx.x + 2] = t2;
+    }
+}

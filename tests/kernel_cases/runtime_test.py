@@ -1,8 +1,9 @@
 """Cases for the runtime's own test kernels (ptx/src/runtime_test.cu)."""
 import numpy as np
 
-from fixedgraph.backends.reference.twins.runtime_test import bcast_sums, chase_ends
-from fixedgraph.program import Program, Ref
+from fixedgraph.backends.reference.twins.runtime_test import (ICACHE_FMAS, bcast_sums, chase_ends, handoff_chain,
+                                                               icache_sums)
+from fixedgraph.program import Null, Program, Ref
 from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison
 
 
@@ -122,3 +123,46 @@ def bcast_probe_case(rng):
                       {"sum": Check()},
                       reference=lambda v: {"sum": bcast_sums(v["vec"].astype(np.uint32), G, nbytes, reps, stride)},
                       notes=f"G {G} reps {reps} bytes {nbytes} stride {stride}")
+
+
+def icache_case(entry: str):
+    def case(rng):
+        # every thread's 8 FMA chains and their sum, bit for bit (fma.rn.f32: one rounding each)
+        G, T = int(rng.integers(1, 4)), int(rng.choice([32, 64]))
+        a, b = float(np.float32(rng.uniform(0.5, 0.999))), float(np.float32(rng.standard_normal()))
+        p = Program(entry)
+        timed = entry != "icache_flush"
+        p.launch(entry, (G,), (T,), ([Ref("ns")] if timed else []) + [Ref("out"), a, b])
+        bufs = {"out": poison(G * T, "f32"), **({"ns": poison(2 * G, "u64")} if timed else {})}
+        return KernelCase(entry, p, bufs, {"out": Check()},
+                          reference=lambda v: {"out": np.tile(icache_sums(T, ICACHE_FMAS[entry], a, b), G)},
+                          notes=f"G {G} T {T} a {a} b {b}")
+
+    return case
+
+
+for _entry in ICACHE_FMAS:
+    kernel_case(_entry)(icache_case(_entry))
+
+
+@kernel_case("handoff_probe")
+def handoff_case(rng):
+    # a chain as the bench builds it: bump the epoch, a PDL grid that publishes a flag, then flag
+    # grids, each reading every element its predecessor wrote (out[i] = in[(i + 1) % n] + 1)
+    G, T = int(rng.integers(1, 5)), int(rng.choice([32, 64, 128]))
+    n, k = G * T, int(rng.integers(2, 5))  # k flag grids after the PDL one
+    p = Program("handoff_probe")
+    p.launch("handoff_probe", (1,), (32,), [Ref("a"), Ref("b"), n, Ref("cnt"), Null(), Null(), Ref("step"), 1, Ref("ns")])
+    bufs = ["a", "b"]
+    for j in range(k + 1):
+        flag_in = Null() if j == 0 else Ref(f"flag{j - 1}")
+        p.launch("handoff_probe", (G,), (T,), [Ref(bufs[j % 2]), Ref(bufs[(j + 1) % 2]), n, Ref("cnt"), flag_in,
+                                                  Ref(f"flag{j}"), Ref("step"), 0, Ref("ns")])
+    x = rng.standard_normal(n).astype(np.float32)
+    last = bufs[(k + 1) % 2]
+    buffers = {"a": Buffer(x, "f32"), "b": poison(n, "f32"), "cnt": Buffer(np.zeros(1, np.uint32), "u32"),
+               "step": Buffer(np.array([int(rng.integers(0, 1000))], np.uint32), "u32"),
+               "ns": poison(3 * G, "u64"), **{f"flag{j}": Buffer(np.zeros(1, np.uint32), "u32") for j in range(k + 1)}}
+    return KernelCase("handoff_probe", p, buffers, {last: Check(), "cnt": Check()},
+                      reference=lambda v: {last: handoff_chain(v["a"], k + 1), "cnt": np.zeros(1, np.uint32)},
+                      notes=f"G {G} T {T} flag grids {k}")

@@ -114,3 +114,101 @@ def bcast_probe(mem, grid, block, vec, ns, sum_, bytes_, reps, stride):
     words = mem.view(vec, np.uint32, ((max(reps, 1) - 1) * stride + bytes_) // 4)
     mem.view(sum_, np.uint32, G)[:] = bcast_sums(words, G, bytes_, reps, stride)
     mem.view(ns, np.uint64, 2 * G)[:] = 0
+
+
+ICACHE_FMAS = {"icache_probe_2k": 128, "icache_probe_8k": 512, "icache_probe_32k": 2048, "icache_flush": 10240}
+
+
+def fma_f32(x: np.ndarray, a: float, b: float) -> np.ndarray:
+    """fma.rn.f32(x, a, b) bit for bit: x * a is exact in float64 (24 + 24 bits); the float64 sum
+    is rounded to odd (its TwoSum error says which way the exact sum lies), and rounding that to
+    float32 is then the exact sum's one rounding (53 >= 24 + 2 bits)."""
+    p = x.astype(np.float64) * np.float64(np.float32(a))
+    q = np.float64(np.float32(b))
+    s = p + q
+    bb = s - p
+    e = (p - (s - bb)) + (q - bb)
+    even = (s.view(np.uint64) & np.uint64(1)) == 0
+    fix = (e != 0) & even & np.isfinite(s)
+    s = np.where(fix, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+    return s.astype(np.float32)
+
+
+def icache_sums(threads: int, fmas: int, a: float, b: float) -> np.ndarray:
+    """What thread t of an icache probe (or icache_flush) writes, for t < ``threads``: 8
+    accumulators acc[i] = a * (8t + i), ``fmas`` fma.rn.f32 acc = acc * a + b round-robin over
+    them, then their float32 sum in order. Bit-exact."""
+    af = np.float32(a)
+    acc = af * (8 * np.arange(threads, dtype=np.uint32)[:, None] + np.arange(8, dtype=np.uint32)).astype(np.float32)
+    for i in range(fmas // 8):
+        acc = fma_f32(acc, a, b)
+    for i in range(fmas % 8):
+        acc[:, i] = fma_f32(acc[:, i], a, b)
+    s = acc[:, 0].copy()
+    for i in range(1, 8):
+        s = s + acc[:, i]
+    return s
+
+
+def _icache(mem, grid, block, out, a, b, fmas):
+    G, T = grid[0], block[0]
+    mem.view(out, np.float32, G * T)[:] = np.tile(icache_sums(T, fmas, a, b), G)
+
+
+@twin("icache_probe_2k")
+def icache_probe_2k(mem, grid, block, ns, out, a, b):
+    """Each thread's sum; no clock on the reference backend (times 0)."""
+    _icache(mem, grid, block, out, a, b, ICACHE_FMAS["icache_probe_2k"])
+    mem.view(ns, np.uint64, 2 * grid[0])[:] = 0
+
+
+@twin("icache_probe_8k")
+def icache_probe_8k(mem, grid, block, ns, out, a, b):
+    """Each thread's sum; no clock on the reference backend (times 0)."""
+    _icache(mem, grid, block, out, a, b, ICACHE_FMAS["icache_probe_8k"])
+    mem.view(ns, np.uint64, 2 * grid[0])[:] = 0
+
+
+@twin("icache_probe_32k")
+def icache_probe_32k(mem, grid, block, ns, out, a, b):
+    """Each thread's sum; no clock on the reference backend (times 0)."""
+    _icache(mem, grid, block, out, a, b, ICACHE_FMAS["icache_probe_32k"])
+    mem.view(ns, np.uint64, 2 * grid[0])[:] = 0
+
+
+@twin("icache_flush")
+def icache_flush(mem, grid, block, out, a, b):
+    """Each thread's sum (the flush's code is what matters on the GPU, not its result)."""
+    _icache(mem, grid, block, out, a, b, ICACHE_FMAS["icache_flush"])
+
+
+def handoff_chain(x: np.ndarray, launches: int) -> np.ndarray:
+    """What ``launches`` handoff_probe grids of a chain leave in the last one's out, starting from
+    ``x`` (each: out[i] = in[(i + 1) % n] + 1, in float32)."""
+    y = x.astype(np.float32)
+    for _ in range(launches):
+        y = np.roll(y, -1) + np.float32(1.0)
+    return y
+
+
+@twin("handoff_probe")
+def handoff_probe(mem, grid, block, in_, out, n, counter, flag_in, flag_out, step, bump, ns):
+    """The chain's data and flags (launches run one after another here: every flag is already set
+    when read; one that is not names a broken chain); no clock (times 0)."""
+    G = grid[0]
+    st = mem.view(step, np.uint32, 1)
+    if bump:
+        st[0] += np.uint32(1)
+        return
+    epoch = st[0]
+    if flag_in and mem.view(flag_in, np.uint32, 1)[0] != epoch:
+        raise RuntimeError(f"handoff_probe: flag_in holds {mem.view(flag_in, np.uint32, 1)[0]}, not this step's "
+                           f"epoch {epoch}: its producer did not publish (no flag_out, or no bump before the chain)")
+    m = min(n, G * block[0])
+    src = mem.view(in_, np.float32, n).copy()
+    mem.view(out, np.float32, n)[:m] = (np.roll(src, -1) + np.float32(1.0))[:m]
+    if flag_out:
+        if mem.view(counter, np.uint32, 1)[0] != 0:
+            raise RuntimeError("handoff_probe: the arrival counter is not 0 at rest")
+        mem.view(flag_out, np.uint32, 1)[0] = epoch
+    mem.view(ns, np.uint64, 3 * G)[:] = 0
