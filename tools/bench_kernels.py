@@ -19,7 +19,7 @@ much of them is in flight from DRAM (cp.async from every thread, or bulk copies)
 bcast``: how long 1-396 CTAs take to read one small row (4 or 16 KiB, or 16 replicas of it)
 right after their PDL wait, as a decode GEMV's CTAs read the residual row. ``--only icache``:
 how long a CTA's first 2, 8 or 32 KB of code after its PDL wait take when that code is cold in
-the SM's instruction caches (icache_flush ran ~160 KB of code just before) against warm (the
+the SM's instruction caches (icache_flush ran ~267 KB of code just before) against warm (the
 same probe ran just before), per KB: the price of the decode kernels' 20-60 KB of SASS each.
 ``--only handoff``: what one kernel-to-kernel handoff costs as a PDL wait (the predecessor grid
 completed) against a flag its last CTA publishes (successors launched early, polling), over
@@ -281,14 +281,18 @@ ICACHE_PROBES = ("icache_probe_2k", "icache_probe_8k", "icache_probe_32k")  # 2,
 
 
 def bench_icache(dev, entry: str, ctas: int, threads: int, smoke: bool, rng, a: float = 0.999,
-                 b: float = 0.001) -> dict:
+                 b: float = 0.001, flush_blocks: int = 10) -> dict:
     """``ctas`` CTAs of ``threads`` run ``entry``'s straight line of FMAs (16 bytes of SASS each:
     2, 8 or 32 KB) right after their PDL wait, its code warm (the same probe ran just before, on
     one CTA per SM so that every SM holds it) or cold in the SM's instruction caches (icache_flush,
-    one CTA of 256 per SM, ran ~160 KB of code just before; the code stays in L2 either way), as a
+    one CTA of 256 per SM, ran ~267 KB of code just before; the code stays in L2 either way), as a
     decode kernel's code after its wait is cold when the layer's ~120 KB cycled through the SM.
     Per CTA, ns from its wait until its last warp's FMAs are done (medians, p90 over the CTAs of
-    the copies), and (cold - warm) per KB of FMA code: what a KB of cold code costs a kernel."""
+    the copies), and (cold - warm) per KB of FMA code: what a KB of cold code costs a kernel.
+    ``flush_blocks`` < 10: the flush runs only that many of its 10 blocks of 1024 FMAs (ptxas 13.0
+    sm_90: ~16 KB of SASS for the last block, ~28 KB for each other: it reloads a and b from the
+    constant bank), so the sweep over it says how much other code an SM runs before a kernel's
+    code is cold again (the caches' reach)."""
     G = 2 if smoke else ctas
     sms = 2 if smoke else int(dev.properties()["sm_count"])
     fmas = ICACHE_FMAS[entry]
@@ -301,7 +305,7 @@ def bench_icache(dev, entry: str, ctas: int, threads: int, smoke: bool, rng, a: 
     for i in range(c):
         plan.add(f"ns{i}", (2 * G,), "u64")
     arena = dev.arena(plan)
-    label = f"{kb:.0f} KB x{G} t{threads}"
+    label = f"{kb:.0f} KB x{G} t{threads}" + (f" flush{flush_blocks}" if flush_blocks != 10 else "")
     want = np.tile(icache_sums(threads, fmas, a, b), G)
     res = {}
     for mode in ("warm", "cold"):
@@ -309,8 +313,8 @@ def bench_icache(dev, entry: str, ctas: int, threads: int, smoke: bool, rng, a: 
         for i in range(c):
             if mode == "warm":  # the same code just ran on every SM
                 prog.launch(entry, (max(G, sms),), (threads,), [Ref("ns_first"), Ref("out"), a, b])
-            else:  # ~160 KB of other code just ran on every SM
-                prog.launch("icache_flush", (sms,), (256,), [Ref("flush_out"), a, b])
+            else:  # ~267 KB of other code just ran on every SM
+                prog.launch("icache_flush", (sms,), (256,), [Ref("flush_out"), a, b, flush_blocks])
             prog.launch(entry, (G,), (threads,), [Ref(f"ns{i}"), Ref("out"), a, b])
         res[mode] = time_program(dev, prog, arena, 2 * c, smoke, free=False)
         if not np.array_equal(arena.read("out")[:G * threads], want):
@@ -320,7 +324,7 @@ def bench_icache(dev, entry: str, ctas: int, threads: int, smoke: bool, rng, a: 
     if not smoke:
         dev.free(arena.base)
     return {"kernel": "icache", "shape": label, "bytes": G * threads * 4, "ctas": G, "threads": threads,
-            "entry": entry, "code_kb": kb, "us": res["warm"]["us"], "cold_us": res["cold"]["us"],
+            "entry": entry, "code_kb": kb, "flush_blocks": flush_blocks, "us": res["warm"]["us"], "cold_us": res["cold"]["us"],
             **{k: v for r in res.values() for k, v in r.items() if k != "us"},
             "cold_minus_warm_ns_per_kb_median": (res["cold"]["cold_ns_median"] - res["warm"]["warm_ns_median"]) / kb,
             "cold_minus_warm_ns_per_kb_p90": (res["cold"]["cold_ns_p90"] - res["warm"]["warm_ns_p90"]) / kb}
@@ -417,6 +421,7 @@ def main() -> int:
         rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
         rows.append(bench_bcast(dev, 2, 4096, 2, True, True, rng))
         rows += [bench_icache(dev, e, 2, 32, True, rng) for e in ICACHE_PROBES]
+        rows.append(bench_icache(dev, "icache_probe_8k", 2, 32, True, rng, flush_blocks=2))
         rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
@@ -444,6 +449,9 @@ def main() -> int:
             for threads in (32, 256):
                 for ctas in (int(dev.properties()["sm_count"]), 1):
                     rows.append(bench_icache(dev, entry, ctas, threads, False, rng))
+        for blocks in (1, 2, 3, 4, 5, 6, 8):  # the caches' reach: 16-210 KB of other code in between
+            rows.append(bench_icache(dev, "icache_probe_8k", int(dev.properties()["sm_count"]), 256, False, rng,
+                                     flush_blocks=blocks))
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng)

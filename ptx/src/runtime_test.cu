@@ -288,20 +288,35 @@ extern "C" __global__ void bcast_probe(const unsigned char* __restrict__ vec, un
 // at the start (so its issue is not latency-bound), then their sum (in order; kept:
 // out[blockIdx.x * blockDim.x + threadIdx.x] = the sum). ns[2b] = %globaltimer after the wait,
 // ns[2b + 1] = ns from there until the CTA's last warp finished its FMAs. icache_flush runs the
-// same body with N = 10240 (~160 KB, more than an SM's instruction caches hold) and no clock:
-// launched between two probes, it leaves the second's code cold (in L2, not in the SM). ptxas
-// 13.0 sm_90 .text: 3.1 / 9.1 / 33.1 KB for the probes, 160.9 KB for the flush. Any grid.
-template <int N>
-__device__ __forceinline__ float icache_body(float a, float b) {
-    float acc[8];
+// same body with N = 1024 * blocks (blocks <= 10: the last `blocks` of 10 blocks of ~28 KB of
+// SASS; 267 KB at 10, more than an SM's instruction caches hold) and no clock:
+// launched between two probes, it leaves the second's code cold (in L2, not in the SM) once it
+// ran more code than the caches hold, so its size sweeps their reach. ptxas
+// 13.0 sm_90 .text: 3.1 / 9.1 / 33.1 KB for the probes, 266.8 KB for the flush. Any grid.
+__device__ __forceinline__ void icache_init(float (&acc)[8], float a) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = __fmul_rn(a, __uint2float_rn(8u * threadIdx.x + i));
+}
+
+template <int N>
+__device__ __forceinline__ void icache_fmas(float (&acc)[8], float a, float b) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(acc[i % 8]) : "f"(a), "f"(b));
+}
+
+__device__ __forceinline__ float icache_sum(const float (&acc)[8]) {
     float s = acc[0];
 #pragma unroll
     for (int i = 1; i < 8; ++i) s = __fadd_rn(s, acc[i]);
     return s;
+}
+
+template <int N>
+__device__ __forceinline__ float icache_body(float a, float b) {
+    float acc[8];
+    icache_init(acc, a);
+    icache_fmas<N>(acc, a, b);
+    return icache_sum(acc);
 }
 
 template <int N>
@@ -335,9 +350,17 @@ extern "C" __global__ void icache_probe_32k(unsigned long long* __restrict__ ns,
     icache_probe<2048>(ns, out, a, b);
 }
 
-extern "C" __global__ void icache_flush(float* __restrict__ out, float a, float b) { FG_KERNEL_BEGIN();
+extern "C" __global__ void icache_flush(float* __restrict__ out, float a, float b,
+                                        unsigned int blocks) { FG_KERNEL_BEGIN();  // 1024-FMA blocks, <= 10
     FG_PDL_WAIT();
-    out[blockIdx.x * blockDim.x + threadIdx.x] = icache_body<10240>(a, b);
+    float acc[8];
+    icache_init(acc, a);
+    // 10 blocks of 1024 FMAs one after the other (ptxas 13.0 sm_90: ~28 KB of SASS each, ~16 KB the
+    // last), each behind a uniform branch; the last `blocks` of them run
+#pragma unroll
+    for (unsigned int k = 10; k >= 1; --k)
+        if (blocks >= k) icache_fmas<1024>(acc, a, b);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = icache_sum(acc);
 }
 
 // Handoff probe (tools/bench_kernels.py --only handoff): what one kernel-to-kernel handoff of the

@@ -132,11 +132,13 @@ def icache_case(entry: str):
         a, b = float(np.float32(rng.uniform(0.5, 0.999))), float(np.float32(rng.standard_normal()))
         p = Program(entry)
         timed = entry != "icache_flush"
-        p.launch(entry, (G,), (T,), ([Ref("ns")] if timed else []) + [Ref("out"), a, b])
+        blocks = int(rng.choice([0, 1, 3, 10, 11]))  # the flush's 1024-FMA blocks (10 at most run)
+        fmas = ICACHE_FMAS[entry] if timed else 1024 * min(blocks, 10)
+        p.launch(entry, (G,), (T,), ([Ref("ns")] if timed else []) + [Ref("out"), a, b] + ([] if timed else [blocks]))
         bufs = {"out": poison(G * T, "f32"), **({"ns": poison(2 * G, "u64")} if timed else {})}
         return KernelCase(entry, p, bufs, {"out": Check()},
-                          reference=lambda v: {"out": np.tile(icache_sums(T, ICACHE_FMAS[entry], a, b), G)},
-                          notes=f"G {G} T {T} a {a} b {b}")
+                          reference=lambda v: {"out": np.tile(icache_sums(T, fmas, a, b), G)},
+                          notes=f"G {G} T {T} a {a} b {b}" + ("" if timed else f" blocks {blocks}"))
 
     return case
 

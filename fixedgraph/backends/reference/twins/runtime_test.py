@@ -116,7 +116,7 @@ def bcast_probe(mem, grid, block, vec, ns, sum_, bytes_, reps, stride):
     mem.view(ns, np.uint64, 2 * G)[:] = 0
 
 
-ICACHE_FMAS = {"icache_probe_2k": 128, "icache_probe_8k": 512, "icache_probe_32k": 2048, "icache_flush": 10240}
+ICACHE_FMAS = {"icache_probe_2k": 128, "icache_probe_8k": 512, "icache_probe_32k": 2048, "icache_flush": 10240}  # the flush at its full 10 blocks
 
 
 def fma_f32(x: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -177,9 +177,10 @@ def icache_probe_32k(mem, grid, block, ns, out, a, b):
 
 
 @twin("icache_flush")
-def icache_flush(mem, grid, block, out, a, b):
-    """Each thread's sum (the flush's code is what matters on the GPU, not its result)."""
-    _icache(mem, grid, block, out, a, b, ICACHE_FMAS["icache_flush"])
+def icache_flush(mem, grid, block, out, a, b, blocks):
+    """Each thread's sum after 1024 * min(blocks, 10) FMAs (the flush's code is what matters on
+    the GPU, not its result)."""
+    _icache(mem, grid, block, out, a, b, 1024 * min(int(blocks), 10))
 
 
 def handoff_chain(x: np.ndarray, launches: int) -> np.ndarray:
