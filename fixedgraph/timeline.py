@@ -53,6 +53,11 @@ class LaunchTimes:
     # per CTA: its last warp past the wait minus its first (warps busy before the wait, e.g. with
     # a dependent load, reach it late), median over the CTAs
     wait_spread_us: float | None = None
+    # CTAs that started only after the predecessor's last CTA exited (they could not be resident
+    # early: the SMs were full), as a share of the launch's, and whether the launch's last exit
+    # was one of theirs (then the step waits on CTAs that started late, not on the dependency)
+    late_share: float | None = None
+    last_exit_late: bool | None = None
 
 
 def parse_records(raw: np.ndarray) -> np.ndarray:
@@ -113,6 +118,9 @@ def launch_times(records: np.ndarray, launches: list[tuple[int, str, str, int]])
             t.early_us = prev_end - t.start_first
             t.release_us = None if wf is None else wf - prev_end
             t.step_us = t.end_last - prev_end
+            late = np.array([us(v) > prev_end for v in r["t0"]], dtype=bool)
+            t.late_share = float(late.mean()) if len(late) else None
+            t.last_exit_late = bool(late[int(np.argmax(r["t1"]))]) if len(late) else None
         t.after_wait_us = None if wf is None else t.end_last - wf
         both = (r["tw"] > 0) & (r["twl"] >= r["tw"])
         if both.any():
@@ -156,6 +164,7 @@ def by_entry(times: list[LaunchTimes]) -> list[dict]:
 
         marks, cta_marks = mean_marks("marks_us"), mean_marks("cta_marks_us")
         rows.append({"entry": entry, "launches": len(ts), "ctas": ts[0].ctas, "sms": mean("sms"),
+                     "late_share": mean("late_share"), "last_exit_late": mean("last_exit_late"),
                      "early_us": mean("early_us"), "release_us": mean("release_us"),
                      "after_wait_us": mean("after_wait_us"), "step_us": mean("step_us"),
                      "wait_spread_us": mean("wait_spread_us"), "marks_us": marks,
@@ -167,17 +176,23 @@ def table(times: list[LaunchTimes]) -> str:
     def f(v):
         return "-" if v is None else f"{v:7.2f}"
 
-    lines = [f"{'entry':34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'early':>7s} {'release':>7s} {'after':>7s} "
-             f"{'step':>7s} {'spread':>7s}   (µs per launch, means; early: resident before the predecessor's last CTA "
-             "exited; release: its first wait passed after that exit; after: run after that wait; step: "
-             "its last exit after the predecessor's; spread: a CTA's last warp past the wait after its first, median CTA)"]
+    def pct(v):
+        return "    -" if v is None else f"{100 * v:4.0f}%"
+
+    lines = [f"{'entry':34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'late':>5s} {'last':>5s} {'early':>7s} {'release':>7s} "
+             f"{'after':>7s} {'step':>7s} {'spread':>7s}   (µs per launch, means; late: CTAs that started only after "
+             "the predecessor's last CTA exited; last: launches whose last exit was such a CTA's; early: resident "
+             "before the predecessor's last CTA exited; release: its first wait passed after that exit; after: run "
+             "after that wait; step: its last exit after the predecessor's; spread: a CTA's last warp past the wait "
+             "after its first, median CTA)"]
     rows = by_entry(times)
     for r in rows:
         marks = "" if not r["marks_us"] else "   marks " + " ".join("-" if m is None else f"{m:.2f}"
                                                                  for m in r["marks_us"])
         if r["cta_marks_us"]:
             marks += "   per CTA " + " ".join("-" if m is None else f"{m:.2f}" for m in r["cta_marks_us"])
-        lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {f(r['early_us'])} "
+        lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {pct(r['late_share'])} "
+                     f"{pct(r['last_exit_late'])} {f(r['early_us'])} "
                      f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])} {f(r['wait_spread_us'])}{marks}")
     if any(r["marks_us"] for r in rows):
         lines.append("marks: when the launch's last CTA reached each FG_TRACE_MARK(k), µs after its first wait "

@@ -35,7 +35,12 @@ def test_launch_times_from_records():
     assert b.early_us == pytest.approx(0.5) and b.release_us == pytest.approx(0.5)
     assert b.after_wait_us == pytest.approx(2.5) and b.step_us == pytest.approx(3.0)
     assert a1.early_us == pytest.approx(0.1) and a1.release_us == pytest.approx(0.5) and a1.end_last == 8.0
+    # B's CTAs 1 and 2 started after A's last exit (2.5 us), and CTA 1's exit is B's last; a1 all early
+    assert b.late_share == pytest.approx(2 / 3) and b.last_exit_late is True
+    assert a1.late_share == 0.0 and a1.last_exit_late is False and a0.late_share is None
     rows_by_entry = {r["entry"]: r for r in timeline.by_entry(times)}
+    assert rows_by_entry["B"]["late_share"] == pytest.approx(2 / 3) and rows_by_entry["B"]["last_exit_late"] == 1.0
+    assert "  67%  100%" in timeline.table(times)
     assert rows_by_entry["A"]["launches"] == 2 and rows_by_entry["B"]["ctas"] == 3
     assert "replay span 8.0" in timeline.table(times)
     trace = json.loads(timeline.chrome_trace(timeline.parse_records(raw), launches))
