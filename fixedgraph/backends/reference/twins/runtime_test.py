@@ -155,25 +155,19 @@ def _icache(mem, grid, block, out, a, b, fmas):
     mem.view(out, np.float32, G * T)[:] = np.tile(icache_sums(T, fmas, a, b), G)
 
 
-@twin("icache_probe_2k")
-def icache_probe_2k(mem, grid, block, ns, out, a, b):
-    """Each thread's sum; no clock on the reference backend (times 0)."""
-    _icache(mem, grid, block, out, a, b, ICACHE_FMAS["icache_probe_2k"])
-    mem.view(ns, np.uint64, 2 * grid[0])[:] = 0
+def _icache_probe_twin(entry: str):
+    def probe(mem, grid, block, ns, out, a, b):
+        """Each thread's sum; no clock on the reference backend (times 0)."""
+        _icache(mem, grid, block, out, a, b, ICACHE_FMAS[entry])
+        mem.view(ns, np.uint64, 2 * grid[0])[:] = 0
+
+    probe.__name__ = probe.__qualname__ = entry
+    return twin(entry)(probe)
 
 
-@twin("icache_probe_8k")
-def icache_probe_8k(mem, grid, block, ns, out, a, b):
-    """Each thread's sum; no clock on the reference backend (times 0)."""
-    _icache(mem, grid, block, out, a, b, ICACHE_FMAS["icache_probe_8k"])
-    mem.view(ns, np.uint64, 2 * grid[0])[:] = 0
-
-
-@twin("icache_probe_32k")
-def icache_probe_32k(mem, grid, block, ns, out, a, b):
-    """Each thread's sum; no clock on the reference backend (times 0)."""
-    _icache(mem, grid, block, out, a, b, ICACHE_FMAS["icache_probe_32k"])
-    mem.view(ns, np.uint64, 2 * grid[0])[:] = 0
+icache_probe_2k = _icache_probe_twin("icache_probe_2k")
+icache_probe_8k = _icache_probe_twin("icache_probe_8k")
+icache_probe_32k = _icache_probe_twin("icache_probe_32k")
 
 
 @twin("icache_flush")
