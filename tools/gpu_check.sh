@@ -178,7 +178,7 @@ if [[ " $stages " == *" ncu "* ]]; then
       --section SpeedOfLight --section WarpStateStats --section SourceCounters --import-source no \
       -f -o "$OUT/ncu_$name" python3 tools/bench_kernels.py $args > "$OUT/ncu_${name}_run.log" 2>&1
     python3 tools/ncu_stalls.py "$OUT/ncu_$name.ncu-rep" --json "$OUT/ncu_$name.json" > "$OUT/ncu_$name.txt" 2>&1
-    note "ncu $name rc=$?: $(head -1 "$OUT/ncu_$name.txt")"
+    note "ncu $name rc=$?: $(head -2 "$OUT/ncu_$name.txt" | tr '\n' ' ')"  # samples; code touched
     ncu -i "$OUT/ncu_$name.ncu-rep" --page details > "$OUT/ncu_${name}_details.txt" 2>&1
     rm -f "$OUT/ncu_$name.ncu-rep"
   done

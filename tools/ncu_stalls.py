@@ -8,8 +8,10 @@ Input: an ``ncu`` report collected with ``--section WarpStateStats --section Sou
 source --csv --print-source sass``. For every kernel in it: the total warp-stall samples, the
 instructions holding the most samples with their dominant stall reason and the load that wrote
 a register each reads (a stalled instruction is usually the first *use* of a load's result, so
-the load is the one to look at), and the samples between consecutive barriers / fences /
-waits (which phase of the kernel the time goes to). This is how the serial block-table loads of
+the load is the one to look at), the samples between consecutive barriers / fences /
+waits (which phase of the kernel the time goes to), and, where the page has the SourceCounters'
+per-instruction execution counts, how much of the entry's code the launch ran at all (what the
+SM's instruction caches must hold for it: session 15 measured cold code at 150-300 ns per KB). This is how the serial block-table loads of
 decode attention were found (docs/BENCHMARKS.md, session 7); `tools/gpu_check.sh ncu` runs it
 on the decode kernels.
 """
@@ -31,6 +33,10 @@ PHASE_OPS = ("BAR.SYNC", "ERRBAR", "MEMBAR", "DEPBAR", "LDGDEPBAR", "ATOM", "RED
 # SASS opcodes whose result a later instruction may wait for (global, shared, local memory)
 MEMORY_OPS = ("LDG", "LDS", "LDL", "LD.", "ATOM")  # prefixes: LDSM, ATOMG, ATOMS, .. included
 _REG = re.compile(r"\bR(\d+)\b")
+# the per-instruction warp-level execution count of the SourceCounters section (not the thread-
+# level or predicated-on counts): which instructions ran at all, so how much code a launch touched
+_EXECUTED = re.compile(r"(Warp )?Instructions Executed|inst_executed", re.IGNORECASE)
+SASS_BYTES = 16  # one sm_90 instruction
 
 
 def parse_source_csv(text: str) -> list[dict]:
@@ -56,8 +62,9 @@ def parse_source_csv(text: str) -> list[dict]:
         row = dict(zip(header, rec))
         stalls = {k[len("stall_"):]: _num(v) for k, v in row.items()
                   if k.startswith("stall_") and "(Not Issued)" not in k and _num(v)}
+        executed = next((_num(v) for k, v in row.items() if _EXECUTED.fullmatch(k.strip())), None)
         kernels[-1]["rows"].append({"index": len(kernels[-1]["rows"]), "sass": row.get("Source", "").strip(),
-                                    "samples": _num(row[SAMPLES]), "stalls": stalls})
+                                    "samples": _num(row[SAMPLES]), "stalls": stalls, "executed": executed})
     return kernels
 
 
@@ -126,8 +133,10 @@ def summarize(kernel: dict, top: int = 12) -> dict:
             start, acc = r["index"] + 1, 0
     if acc:
         phases.append({"first": start, "last": len(rows) - 1, "samples": acc, "ends_at": "(end)"})
+    counted = [r for r in rows if r.get("executed") is not None]
+    touched = sum(1 for r in counted if r["executed"] > 0) if counted else None
     return {"kernel": kernel["kernel"], "instructions": len(rows), "samples": total, "hot": hot,
-            "phases": phases}
+            "phases": phases, "touched": touched}
 
 
 def export_csv(report: Path) -> str:
@@ -141,6 +150,9 @@ def export_csv(report: Path) -> str:
 
 def render(s: dict, min_phase_share: float = 0.02) -> str:
     lines = [f"{s['kernel']}: {s['samples']} stall samples over {s['instructions']} SASS instructions"]
+    if s.get("touched") is not None:  # the instruction caches hold what ran, not the whole entry
+        lines.append(f"  code touched: {s['touched']} of {s['instructions']} instructions executed at least once, "
+                     f"{s['touched'] * SASS_BYTES / 1024:.1f} of {s['instructions'] * SASS_BYTES / 1024:.1f} KB")
     lines.append(f"  {'#':>5} {'samples':>7} {'share':>6}  {'reason':<16} instruction   [the load it waits for]")
     for h in s["hot"]:
         after = f"   [{h['after']['index']}: {h['after']['sass'][:48]}]" if h["after"] else ""

@@ -76,14 +76,14 @@ def test_ncu_stalls_ranks_samples_and_names_the_load(tmp_path):
     import ncu_stalls
 
     cols = ["Address", "Source", "Warp Stall Sampling (All Samples)", "stall_long_sb", "stall_barrier",
-            "stall_long_sb (Not Issued)"]
+            "stall_long_sb (Not Issued)", "Instructions Executed", "Thread Instructions Executed"]
     rows = [
-        ["0x0", "LDG.E.STRONG.GPU R28, desc[UR10][R30.64]", "1", "0", "0", "0"],
-        ["0x10", "IMAD R4, R5, R6, RZ", "2", "0", "0", "0"],
-        ["0x20", "IMAD R27, R28, UR4, R27", "90", "85", "0", "80"],
-        ["0x30", "BAR.SYNC.DEFER_BLOCKING 0x0", "5", "0", "5", "0"],
-        ["0x40", "@P0 BRA 0x80", "40", "0", "40", "0"],
-        ["0x50", "EXIT", "2", "0", "0", "0"],
+        ["0x0", "LDG.E.STRONG.GPU R28, desc[UR10][R30.64]", "1", "0", "0", "0", "8", "256"],
+        ["0x10", "IMAD R4, R5, R6, RZ", "2", "0", "0", "0", "8", "256"],
+        ["0x20", "IMAD R27, R28, UR4, R27", "90", "85", "0", "80", "8", "256"],
+        ["0x30", "BAR.SYNC.DEFER_BLOCKING 0x0", "5", "0", "5", "0", "8", "256"],
+        ["0x40", "@P0 BRA 0x80", "40", "0", "40", "0", "0", "0"],
+        ["0x50", "EXIT", "2", "0", "0", "0", "8", "256"],
     ]
     text = "\n".join([",".join(f'"{c}"' for c in ["Kernel Name", "k1"])] + [",".join(f'"{c}"' for c in r)
                                                                                 for r in [cols] + rows])
@@ -95,9 +95,11 @@ def test_ncu_stalls_ranks_samples_and_names_the_load(tmp_path):
     assert hot[2]["reason"] == "long_sb" and hot[2]["after"]["index"] == 0  # R28 came from the LDG
     assert hot[4]["reason"] == "barrier" and hot[4]["after"] is None
     assert [p["samples"] for p in s["phases"]] == [98, 42]  # up to the barrier, then up to EXIT
+    assert s["touched"] == 5  # the branch never ran (warp-level count; the thread-level one ignored)
     out = subprocess.run([sys.executable, str(ROOT / "tools/ncu_stalls.py"), str(tmp_path / "k.csv"), "--top", "3"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "k1: 140 stall samples" in out.stdout, out.stdout + out.stderr
+    assert "code touched: 5 of 6 instructions executed at least once, 0.1 of 0.1 KB" in out.stdout
     empty = tmp_path / "e.csv"
     empty.write_text('"Kernel Name","k1"\n')
     out = subprocess.run([sys.executable, str(ROOT / "tools/ncu_stalls.py"), str(empty)], capture_output=True,
