@@ -118,7 +118,7 @@ def launch_times(records: np.ndarray, launches: list[tuple[int, str, str, int]])
             t.early_us = prev_end - t.start_first
             t.release_us = None if wf is None else wf - prev_end
             t.step_us = t.end_last - prev_end
-            late = np.array([us(v) > prev_end for v in r["t0"]], dtype=bool)
+            late = (r["t0"].astype(np.int64) - origin) / 1e3 > prev_end
             t.late_share = float(late.mean()) if len(late) else None
             t.last_exit_late = bool(late[int(np.argmax(r["t1"]))]) if len(late) else None
         t.after_wait_us = None if wf is None else t.end_last - wf

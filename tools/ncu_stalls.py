@@ -8,12 +8,12 @@ Input: an ``ncu`` report collected with ``--section WarpStateStats --section Sou
 source --csv --print-source sass``. For every kernel in it: the total warp-stall samples, the
 instructions holding the most samples with their dominant stall reason and the load that wrote
 a register each reads (a stalled instruction is usually the first *use* of a load's result, so
-the load is the one to look at), the samples between consecutive barriers / fences /
-waits (which phase of the kernel the time goes to), and, where the page has the SourceCounters'
+the load is the one to look at), the samples between consecutive barriers / fences / waits
+(which phase of the kernel the time goes to), and, where the page has the SourceCounters'
 per-instruction execution counts, how much of the entry's code the launch ran at all (what the
-SM's instruction caches must hold for it: session 15 measured cold code at 150-300 ns per KB). This is how the serial block-table loads of
-decode attention were found (docs/BENCHMARKS.md, session 7); `tools/gpu_check.sh ncu` runs it
-on the decode kernels.
+SM's instruction caches must hold for it: session 15 measured cold code at 150-300 ns per KB).
+This is how the serial block-table loads of decode attention were found (docs/BENCHMARKS.md,
+session 7); `tools/gpu_check.sh ncu` runs it on the decode kernels.
 """
 from __future__ import annotations
 
