@@ -31,6 +31,8 @@ SMEM_PER_BLOCK = 227 * 1024  # the most one CTA may opt in to
 STATIC_SMEM = 8768  # the kernels' static shared memory (ptxas -v)
 PRELOAD_WARP_BYTES = 2 * UNROLL * 32 * 16  # one warp's first W batch: [UNROLL][2 rows][32 lanes] x 16 B
 PLAIN_PRELOAD_WARP_BYTES = 2 * PLAIN_UNROLL * 32 * 16
+FUSED_SPLIT_DEFAULT = 0  # FIXEDGRAPH_GEMV_FUSED_SPLIT's default (fused_split): 0 gemv_split, -1 auto
+NARROW_DEFAULT = 0  # FIXEDGRAPH_GEMV_NARROW's default (narrow_enabled)
 
 
 def gemv_split(N: int, K: int, warps: int = WARPS) -> int:
@@ -63,9 +65,9 @@ def gemv_groups(N: int, K: int, warps: int = WARPS, split: int | None = None) ->
     return -(-(-(-N // TILE_N)) // (warps // S))
 
 
-def gemv_grid(N: int, K: int, split: int | None = None) -> int:
+def gemv_grid(N: int, K: int, split: int | None = None, warps: int | None = None) -> int:
     """Blocks for one plain GEMV launch: one per column group."""
-    return gemv_groups(N, K, gemv_warps(N, K), split)
+    return gemv_groups(N, K, warps or gemv_warps(N, K), split)
 
 
 def xs_stride(K: int) -> int:
@@ -78,18 +80,100 @@ def fused_shared(rows: int, K: int) -> int:
     return rows * xs_stride(K) * 2
 
 
-def preload_shared(N: int, K: int, fused: bool = True) -> int:
-    """Bytes of the W preload area of a launch (one first batch per warp; the plain entries'
-    batches are PLAIN_UNROLL k32 blocks)."""
-    return gemv_warps(N, K) * (PRELOAD_WARP_BYTES if fused else PLAIN_PRELOAD_WARP_BYTES)
+def regs_ctas_per_sm(fused: bool, warps: int) -> int:
+    """CTAs of a launch that fit an SM's 65536 registers (fused entries 80 registers a thread,
+    plain ones 128): 3 / 2 of 256 threads, 1 of 512."""
+    return max(1, 65536 // ((80 if fused else 128) * 32 * warps))
 
 
-def launch_shared(rows: int, N: int, K: int, fused: bool, preload: bool = True) -> int:
-    """Dynamic shared memory of a launch: x rows (fused) plus the preload area when it fits."""
+def share_batches(N: int, K: int, warps: int, split: int, fused: bool = True) -> int:
+    """W batches in one warp's k slice of a tile: ceil(k32 blocks per slice / batch blocks)."""
+    per_slice = -(-(-(-K // 32)) // split)
+    return -(-per_slice // (UNROLL if fused else PLAIN_UNROLL))
+
+
+def preload_depth(rows: int, N: int, K: int, fused: bool = True, warps: int | None = None,
+                  split: int | None = None, occupancy: int | None = None) -> int:
+    """W batches per warp the launch preloads before its PDL wait (gemv.cu reads the depth off
+    the launch's dynamic shared memory): the warp's whole share where that fits with as many
+    CTAs per SM as the launch can use (``occupancy``; default: its register limit, or fewer when
+    its grid is smaller than that many per SM), else one batch, else none (x alone fills the CTA).
+    """
+    warps = warps or gemv_warps(N, K)
+    S = split or gemv_split(N, K, warps)
+    batch = PRELOAD_WARP_BYTES if fused else PLAIN_PRELOAD_WARP_BYTES
     x = fused_shared(rows, K) if fused else 0
-    if preload and x + preload_shared(N, K, fused) + STATIC_SMEM <= SMEM_PER_BLOCK:
-        return x + preload_shared(N, K, fused)
-    return x
+    if occupancy is None:
+        occupancy = min(regs_ctas_per_sm(fused, warps), -(-gemv_groups(N, K, warps, S) // NUM_SMS))
+
+    def fits(depth: int, ctas: int) -> bool:
+        cta = x + warps * depth * batch + STATIC_SMEM
+        return cta <= SMEM_PER_BLOCK and ctas * (cta + 1024) <= SMEM_PER_SM
+
+    whole = share_batches(N, K, warps, S, fused)
+    if whole > 1 and fits(whole, occupancy):
+        return whole
+    return 1 if fits(1, 1) else 0
+
+
+def preload_shared(N: int, K: int, fused: bool = True, depth: int = 1, warps: int | None = None) -> int:
+    """Bytes of the W preload area of a launch: ``depth`` batches per warp (UNROLL k32 blocks in
+    the fused entries, PLAIN_UNROLL in the plain ones)."""
+    return (warps or gemv_warps(N, K)) * depth * (PRELOAD_WARP_BYTES if fused else PLAIN_PRELOAD_WARP_BYTES)
+
+
+def launch_shared(rows: int, N: int, K: int, fused: bool, preload: bool | int = True, warps: int | None = None,
+                  split: int | None = None) -> int:
+    """Dynamic shared memory of a launch: x rows (fused) plus the preload area. ``preload``: True
+    for ``preload_depth``'s batches, False for none, an int for that many (tests)."""
+    x = fused_shared(rows, K) if fused else 0
+    if preload is True:
+        depth = preload_depth(rows, N, K, fused, warps, split)
+    else:
+        depth = int(preload)
+    return x + preload_shared(N, K, fused, depth, warps)
+
+
+def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
+    """The k split of a fused launch: ``split`` if given, else FIXEDGRAPH_GEMV_FUSED_SPLIT
+    (default FUSED_SPLIT_DEFAULT): 0 for gemv_split's; S > 0 for S (where valid); -1 (auto) for
+    the smallest split that still preloads each warp's whole share at full occupancy, taken only
+    where gemv_split's share is a single batch (small layers: fewer, deeper CTAs, so a launch
+    fits beside its predecessor's CTAs)."""
+    warps = gemv_warps(N, K)
+    default = gemv_split(N, K, warps)
+    if split is not None:
+        return split
+    import os
+
+    want = int(os.environ.get("FIXEDGRAPH_GEMV_FUSED_SPLIT", FUSED_SPLIT_DEFAULT))
+    if want > 0:
+        return want if valid_split(want, warps) else default
+    if want == 0 or share_batches(N, K, warps, default) > 1:
+        return default
+    full = regs_ctas_per_sm(True, warps)
+    S = 1
+    while S < default:
+        whole = share_batches(N, K, warps, S)
+        if preload_depth(rows, N, K, True, warps, S, occupancy=full) == whole:
+            return S
+        S *= 2
+    return default
+
+
+def narrow_enabled() -> bool:
+    """FIXEDGRAPH_GEMV_NARROW (default NARROW_DEFAULT): plain GEMVs that gemv_warps gives 512
+    threads (small N, long K: 0.6B o_proj / down_proj) take 256, half an SM's registers, with a
+    deeper preload, leaving room for the next launch's CTAs."""
+    import os
+
+    return os.environ.get("FIXEDGRAPH_GEMV_NARROW", str(NARROW_DEFAULT)) != "0"
+
+
+def plain_warps(N: int, K: int, narrow: bool | None = None) -> int:
+    """Warps per block of a plain launch: gemv_warps, or WARPS when narrow (narrow_enabled())."""
+    warps = gemv_warps(N, K)
+    return WARPS if warps == WIDE_WARPS and (narrow_enabled() if narrow is None else narrow) else warps
 
 
 def fused_grid(N: int, K: int, rows: int, split: int | None = None) -> int:
@@ -97,15 +181,15 @@ def fused_grid(N: int, K: int, rows: int, split: int | None = None) -> int:
     column groups grid-stride), balanced so every CTA takes the same number of groups."""
     warps = gemv_warps(N, K)
     per_sm = max(1, min(CTAS_PER_SM * WARPS // warps,
-                        SMEM_PER_SM // (launch_shared(rows, N, K, True) + STATIC_SMEM + 1024)))
+                        SMEM_PER_SM // (launch_shared(rows, N, K, True, split=split) + STATIC_SMEM + 1024)))
     groups = gemv_groups(N, K, warps, split)
     rounds = -(-groups // (NUM_SMS * per_sm))
     return -(-groups // rounds)
 
 
-def _split_arg(N: int, K: int, split: int | None) -> int:
+def _split_arg(N: int, K: int, split: int | None, warps: int | None = None) -> int:
     """The kernel's ``split`` argument: the launcher's choice (validated), else gemv_split."""
-    warps = gemv_warps(N, K)
+    warps = warps or gemv_warps(N, K)
     if split is None:
         return gemv_split(N, K, warps)
     if not valid_split(split, warps):
@@ -155,8 +239,8 @@ def row_path(rows: int, N: int, K: int, hidden_in: Arg, delta: Arg | None, hidde
 
 
 def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,
-         out_f32: bool = False, label: str = "", preload: bool = True, split: int | None = None,
-         lean: bool | None = None) -> int:
+         out_f32: bool = False, label: str = "", preload: bool | int = True, split: int | None = None,
+         lean: bool | None = None, narrow: bool | None = None) -> int:
     """out[r, n] = sum_k x[r, k] * w[n, k] (+ bias[n]), fp32 accumulation, rounded once.
 
     out: [rows, N] bf16, or f32 when ``out_f32`` (logits); written.
@@ -164,8 +248,10 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     bias: [N] bf16, or None / Null() for no bias; added in fp32 before rounding.
     rows: 1..8 (use ``fixedgraph.ops.linear.linear`` to pick GEMM above 8).
     Any K works; K % 8 == 0 with 16-byte-aligned x and w takes the fast 16-byte-load path.
-    preload: give the kernel its W preload area (False only to test the path without it).
+    preload: True: the W preload area of ``preload_depth``; False: none, an int: that many
+      batches per warp (both only to test those paths).
     split: warps per 16-column tile (a power of two <= the block's warps); None: gemv_split.
+    narrow: 256-thread CTAs where gemv_warps picks 512 (``plain_warps``); None: narrow_enabled().
     lean: take ``gemv_bf16_vec`` (the same results, a third of the code) where it applies; None:
       ``lean_enabled()``.
     Returns the op index.
@@ -174,20 +260,25 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     entry = "gemv_bf16_f32out" if out_f32 else "gemv_bf16"
     if entry == "gemv_bf16" and lean_enabled(lean) and vec_path(K, x, w):
         entry = "gemv_bf16_vec"
-    S = _split_arg(N, K, split)
-    return prog.launch(entry, (gemv_grid(N, K, S), 1, 1), (32 * gemv_warps(N, K), 1, 1),
-                       (out, x, w, _ptr(bias), rows, N, K, S), shared=launch_shared(rows, N, K, False, preload),
-                       label=label or entry)
+    warps = plain_warps(N, K, narrow)
+    S = _split_arg(N, K, split, warps)
+    shared = launch_shared(rows, N, K, False, preload, warps, S)
+    if shared + STATIC_SMEM > SMEM_PER_BLOCK:
+        raise ValueError(f"gemv: a W preload of {shared} bytes does not fit a CTA's {SMEM_PER_BLOCK - STATIC_SMEM}; "
+                         "give fewer batches (preload=True picks what fits)")
+    return prog.launch(entry, (gemv_grid(N, K, S, warps), 1, 1), (32 * warps, 1, 1),
+                       (out, x, w, _ptr(bias), rows, N, K, S), shared=shared, label=label or entry)
 
 
 def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: int, eps: float | None,
-                  label: str, split: int | None = None, takes_split: bool = True) -> int:
-    """Launch a fused entry with arguments (*head, rows, N, K[, split][, eps])."""
-    shared = launch_shared(rows, N, K, True)
+                  label: str, split: int | None = None, takes_split: bool = True, preload: bool | int = True) -> int:
+    """Launch a fused entry with arguments (*head, rows, N, K[, split][, eps]); the split is
+    ``fused_split``'s unless the entry takes none (gemv_split's then)."""
+    S = _split_arg(N, K, fused_split(N, K, rows, split) if takes_split else None)
+    shared = launch_shared(rows, N, K, True, preload, split=S)
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         raise ValueError(f"{entry}: x of {rows} rows x K={K} needs {shared} bytes of shared memory, more than "
                          f"{SMEM_PER_BLOCK - STATIC_SMEM}; run the unfused op and gemv instead")
-    S = _split_arg(N, K, split)
     args = (*head, rows, N, K, *((S,) if takes_split else ()), *(() if eps is None else (float(eps),)))
     return prog.launch(entry, (fused_grid(N, K, rows, S), 1, 1), (32 * gemv_warps(N, K), 1, 1), args,
                        shared=shared, label=label or entry)
@@ -195,7 +286,8 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
 
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                  norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
-                 out_f32: bool = False, label: str = "", split: int | None = None, lean: bool | None = None) -> int:
+                 out_f32: bool = False, label: str = "", split: int | None = None, lean: bool | None = None,
+                 preload: bool | int = True) -> int:
     """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
 
     h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
@@ -207,6 +299,7 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     NOTE: hidden_out must not alias hidden_in (every CTA reads hidden_in while one writes
     hidden_out): ping-pong two residual buffers.
     norm_w: [K] bf16. w: [N, K] bf16. bias: [N] bf16 or None. rows: 1..8. eps: variance epsilon.
+    split: the k split, None: ``fused_split``'s. preload: as ``gemv``'s (tests).
     Returns the op index.
     """
     rows, N, K = _check("gemv_rmsnorm", rows, N, K)
@@ -216,12 +309,13 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     if not out_f32 and lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_bf16_row"  # the same results, a third of the code (lean_enabled)
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
-    return _fused_launch(prog, entry, head, rows, N, K, eps, label, split)
+    return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 
 
 def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                       norm_w: Arg, w: Arg, bias: Arg | None, rows: int, I: int, K: int, eps: float,
-                      label: str = "", split: int | None = None, lean: bool | None = None) -> int:
+                      label: str = "", split: int | None = None, lean: bool | None = None,
+                      preload: bool | int = True) -> int:
     """The MLP's activation straight from the residual stream, replacing add_rmsnorm + gate_up
     GEMV + silu_mul: gate_up = rmsnorm(hidden_in + delta) @ w.T (+ bias) (gemv_rmsnorm's
     rounding), out[r, j] = bf16(bf16(silu(gate_up[r, j])) * gate_up[r, I + j]) (silu_mul's).
@@ -238,7 +332,7 @@ def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None
     entry = "gemv_rmsnorm_silu_bf16"
     if lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_silu_bf16_row"  # the same results, a third of the code (lean_enabled)
-    return _fused_launch(prog, entry, head, rows, N, K, eps, label, split)
+    return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 
 
 def gemv_silu(prog: Program, out: Arg, gate_up: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,

@@ -17,10 +17,10 @@
 // - When N is small the S warps of a tile split K inside the block and reduce through shared
 //   memory, so the grid still covers the SMs without a split-K scratch buffer or second pass;
 //   small-N layers take 512-thread blocks (S up to 16) so that one batch per warp covers K.
-// - W never depends on the previous kernel, so each warp copies its first W batch into shared
-//   memory before it reads anything a predecessor wrote (x, hidden, gate_up): the prologue and,
-//   under Programmatic Dependent Launch (pdl.cuh), the predecessor's tail overlap that DRAM
-//   latency.
+// - W never depends on the previous kernel, so each warp copies its first W batches (as many
+//   as the launch's dynamic shared memory holds) into shared memory before it reads anything a
+//   predecessor wrote (x, hidden, gate_up): the prologue and, under Programmatic Dependent
+//   Launch (pdl.cuh), the predecessor's tail overlap that DRAM latency.
 // NOTE: blockDim must be (256 or 512, 1, 1); any gridDim.x is correct (grid-stride loop).
 // S (warps per column tile) is the launcher's `split` argument (fixedgraph/ops/gemv.py picks
 // it and sizes the grid to match); any power of two <= warps is correct, anything else falls
@@ -180,29 +180,38 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   // k32 blocks per batch: UV on the 16-byte path; 1 on the scalar path, whose 8 loads per chunk
   // would otherwise need 3x the registers (the scalar path preloads nothing).
   constexpr int U = VEC ? UV : 1;
-  constexpr uint32_t PRELOAD_WARP_BYTES = 2u * UV * 32u * 16u;  // [U][2 rows][32 lanes] x 16 B
+  constexpr uint32_t BATCH_BYTES = 2u * UV * 32u * 16u;  // one warp's batch: [U][2 rows][32 lanes] x 16 B
 
   // Before anything a predecessor wrote is read (W never is): each warp copies its first W
-  // batch into its slice of the preload area (cp.async, no registers held), so DRAM latency
+  // batches into its slice of the preload area (cp.async, no registers held), so DRAM latency
   // overlaps the prologue and, under PDL, the predecessor's tail. For the small layers of small
-  // models that first batch is the warp's whole share of W. (No cp.async.bulk.prefetch.L2 of
-  // the CTA's further rows: measured, 64 KiB per CTA cost 8B 4% of its step and 256 KiB 14%.)
-  // The launcher sizes dynamic shared memory as [x rows (fused entries)][preload: warps x
-  // PRELOAD_WARP_BYTES] when that fits, else without the preload area, which the kernel
-  // reads off %dynamic_smem_size.
+  // models those batches are the warp's whole share of W. (No cp.async.bulk.prefetch.L2 of the
+  // CTA's further rows: measured, 64 KiB per CTA cost 8B 4% of its step and 256 KiB 14%.)
+  // The launcher sizes dynamic shared memory as [x rows (fused entries)][preload: warps x depth
+  // x BATCH_BYTES] (fixedgraph/ops/gemv.py's preload_depth: the whole share where it fits
+  // without costing occupancy, else one batch, else none); the kernel reads the depth off
+  // %dynamic_smem_size, so any depth is correct.
   // NOTE: `first` is CTA-uniform (the k-split reduce below has barriers); a warp whose k slice
-  // starts past K copies zeros.
+  // ends before the preloaded batches do copies zeros for the rest.
   const bool first = rows > 0 && blockIdx.x < groups;
   const uint32_t xs_bytes = XS ? rows * xs_stride(K) * 2u : 0u;
-  const bool pre = VEC && first && dynamic_smem_bytes() >= xs_bytes + warps * PRELOAD_WARP_BYTES;
-  uint4* pre_w = reinterpret_cast<uint4*>(gemv_dyn + xs_bytes) + warp * (2 * U * 32) + lane;  // [U][2][32]
+  uint32_t depth = 0;  // preloaded batches per warp
+  if (VEC && first) {
+    const uint32_t dyn = dynamic_smem_bytes();
+    depth = dyn > xs_bytes ? (dyn - xs_bytes) / (warps * BATCH_BYTES) : 0u;
+  }
+  const bool pre = depth > 0;
+  uint4* pre_w = reinterpret_cast<uint4*>(gemv_dyn + xs_bytes) + warp * depth * (2 * U * 32) + lane;  // [depth][U][2][32]
   if (pre) {
     const WRows wr = w_rows_for<MODE>(W, N, K, (blockIdx.x * tiles_per_block + slot) * GEMV_TILE_N, g);
+#pragma unroll 1
+    for (uint32_t d = 0; d < depth; ++d) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const uint32_t k = (ks + u * S) * 32 + t * 8;
-      cp_async_16(smem_u32(pre_w + (2 * u) * 32), wr.w0 + k, wr.ok0 && k < K ? 16u : 0u);
-      cp_async_16(smem_u32(pre_w + (2 * u + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
+      for (int u = 0; u < U; ++u) {
+        const uint32_t k = (ks + (d * U + u) * S) * 32 + t * 8;
+        cp_async_16(smem_u32(pre_w + (2 * (d * U + u)) * 32), wr.w0 + k, wr.ok0 && k < K ? 16u : 0u);
+        cp_async_16(smem_u32(pre_w + (2 * (d * U + u) + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
+      }
     }
     cp_async_commit();
   }
@@ -211,7 +220,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   prologue();
   FG_TRACE_MARK(0);  // x ready (the fused entries: normed / activated into shared memory)
 
-  // One 16-column tile x 8 rows from r0; with_pre: its first W batch is in the preload area.
+  // One 16-column tile x 8 rows from r0; with_pre: its first `depth` W batches are in the preload area.
   auto tile = [&](uint32_t r0, uint32_t grp, bool with_pre) {
     const bool x_ok = r0 + g < rows;
     const bf16* xr = x + (size_t)(x_ok ? r0 + g : 0) * xstride;
@@ -220,13 +229,18 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
     uint32_t kb = ks;
     if (with_pre) {  // this warp's own cp.async writes: no barrier needed
-      uint4 a0[U], a1[U], b[U];
       cp_async_wait<0>();
+#pragma unroll 1
+      for (uint32_t d = 0; d < depth; ++d, kb += S * U) {
+        uint4 a0[U], a1[U], b[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) { a0[u] = pre_w[(2 * u) * 32]; a1[u] = pre_w[(2 * u + 1) * 32]; }
-      load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
-      mma_batch(acc, a0, a1, b);
-      kb += S * U;
+        for (int u = 0; u < U; ++u) {
+          a0[u] = pre_w[(2 * (d * U + u)) * 32];
+          a1[u] = pre_w[(2 * (d * U + u) + 1) * 32];
+        }
+        load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
+        mma_batch(acc, a0, a1, b);
+      }
     }
     for (; kb < kblocks; kb += S * U) {
       uint4 a0[U], a1[U], b[U];
@@ -282,7 +296,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     }
   };
 
-  // (r0 = 0, grp = blockIdx.x) first, with the preloaded batch; then the rest in the usual order.
+  // (r0 = 0, grp = blockIdx.x) first, with the preloaded batches; then the rest in the usual order.
   if (pre) tile(0, blockIdx.x, true);
   for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS)  // one pass for rows <= 8
     for (uint32_t grp = blockIdx.x + (r0 == 0 && pre ? gridDim.x : 0u); grp < groups; grp += gridDim.x)

@@ -114,8 +114,10 @@ def _finish(y: np.ndarray, v, bias: bool, out_f32: bool) -> np.ndarray:
 
 
 def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int, *, delta: bool,
-                 hidden_out: bool, bias: bool, out_f32: bool, silu: bool = False, lean: bool | None = None) -> KernelCase:
-    """gemv_rmsnorm; with ``silu``, gemv_rmsnorm_silu (N = 2I rows of W, out [rows, I])."""
+                 hidden_out: bool, bias: bool, out_f32: bool, silu: bool = False, lean: bool | None = None,
+                 **launch_kw) -> KernelCase:
+    """gemv_rmsnorm; with ``silu``, gemv_rmsnorm_silu (N = 2I rows of W, out [rows, I]).
+    launch_kw: the launcher's split / preload."""
     hidden = rng.standard_normal((rows, K)) * 2
     if not delta:
         hidden[0] *= 1e-3  # mean(h^2) ~ 4e-6: eps = 1e-6 visibly changes row 0
@@ -135,11 +137,12 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
     if silu:
         gemv_rmsnorm_silu(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
                           Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
-                          Ref("bias") if bias else None, rows, N // 2, K, EPS, label=name, lean=lean)
+                          Ref("bias") if bias else None, rows, N // 2, K, EPS, label=name, lean=lean, **launch_kw)
     else:
         gemv_rmsnorm(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
                      Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
-                     Ref("bias") if bias else None, rows, N, K, EPS, out_f32=out_f32, label=name, lean=lean)
+                     Ref("bias") if bias else None, rows, N, K, EPS, out_f32=out_f32, label=name, lean=lean,
+                     **launch_kw)
 
     def reference(v):
         h = v["hidden_in"].astype(np.float64)
@@ -342,3 +345,43 @@ for _r, _n, _k, _b in [(1, 151936, 1024, False), (1, 49152, 576, True), (8, 3000
             return argmax_case(name, rng, rows, N, K, bias=bias, step=int(rng.integers(0, 100)))
 
     _register_argmax()
+
+
+# ---- W preload depth (gemv.cu reads it off the launch's dynamic shared memory) ---------------
+@kernel_case("gemv_preload_depth3_of_16")
+def preload_depth3_case(rng):
+    """Three preloaded batches of a 16-batch share (256-thread CTAs at split 1: every warp
+    streams all K), then the rest streamed; 3 rows."""
+    return linear_case("gemv_preload_depth3_of_16", rng, gemv, 3, 512, 4096, bias=True, out_f32=False,
+                       split=1, preload=3, narrow=True)
+
+
+@kernel_case("gemv_narrow_r1_1024x3072")
+def narrow_case(rng):
+    """0.6B down_proj as 256-thread CTAs (FIXEDGRAPH_GEMV_NARROW): the whole 12-block share of
+    each warp preloaded (2 batches, the second half past its slice)."""
+    return linear_case("gemv_narrow_r1_1024x3072", rng, gemv, 1, 1024, 3072, bias=False, out_f32=False,
+                       narrow=True)
+
+
+@kernel_case("gemv_rmsnorm_split4_r1_4096x1024_delta_hout")
+def rmsnorm_split4_case(rng):
+    """0.6B qkv at split 4 (FIXEDGRAPH_GEMV_FUSED_SPLIT=-1's choice): 128 CTAs, each warp's
+    two batches preloaded (the lean row entry)."""
+    return rmsnorm_case("gemv_rmsnorm_split4_r1_4096x1024_delta_hout", rng, 1, 4096, 1024, delta=True,
+                        hidden_out=True, bias=False, out_f32=False, split=4)
+
+
+@kernel_case("gemv_rmsnorm_silu_split4_r1_3072x1024_delta_hout")
+def rmsnorm_silu_split4_case(rng):
+    """0.6B gate_up + SiLU at split 4: 192 CTAs, two preloaded batches per warp."""
+    return rmsnorm_case("gemv_rmsnorm_silu_split4_r1_3072x1024_delta_hout", rng, 1, 6144, 1024, delta=True,
+                        hidden_out=True, bias=False, out_f32=False, silu=True, split=4)
+
+
+@kernel_case("gemv_rmsnorm_preload_past_share_r2_200x1000")
+def rmsnorm_preload_past_share_case(rng):
+    """Three preloaded batches where each warp's share is one (generic entry, K % 32 != 0): the
+    batches past the slice are zeros and add nothing."""
+    return rmsnorm_case("gemv_rmsnorm_preload_past_share_r2_200x1000", rng, 2, 200, 1000, delta=False,
+                        hidden_out=False, bias=True, out_f32=True, preload=3)

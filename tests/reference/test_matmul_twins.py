@@ -12,6 +12,7 @@ from fixedgraph.ops.gemm import gemm, gemm_grid, gemm_tile
 from fixedgraph.backends.reference.twins import embed_norm as norm_twins
 from fixedgraph.ops.gemv import (SMEM_PER_BLOCK, STATIC_SMEM, fused_grid, fused_shared, gemv, gemv_grid,
                                  gemv_rmsnorm, gemv_rmsnorm_silu, gemv_silu, gemv_split, gemv_warps, launch_shared, preload_shared,
+                                 fused_split, preload_depth,
                                  xs_stride)
 from fixedgraph.ops.linear import linear
 from fixedgraph.program import Null, Program, Ref
@@ -297,3 +298,58 @@ def test_gemm_tile_order_covers_every_tile_once(M, N):
         rows = min(tm_n - first_m, 8)
         seen.add((first_m + (t % per_group) % rows, (t % per_group) // rows))
     assert seen == {(i, j) for i in range(tm_n) for j in range(tn_n)}
+
+
+def _launch_of(fn, *args, **kw):
+    p = Program("t")
+    fn(p, *args, **kw)
+    return p.launches[0]
+
+
+def test_preload_depth_whole_share_where_it_fits():
+    """Each warp preloads its whole share when that keeps the CTAs per SM the launch can use,
+    else one batch: 8B's and 0.6B's default launches keep one; Qwen3-1.7B's qkv (2 batches,
+    256 CTAs: 2 per SM) takes both."""
+    assert preload_depth(1, 4096, 1024) == 1 and preload_depth(1, 6144, 4096) == 1  # 0.6B / 8B qkv
+    assert preload_depth(1, 4096, 4096, fused=False) == 1  # 8B o_proj: 2 batches need 2 CTAs of 137 KiB
+    assert preload_depth(1, 4096, 2048) == 2  # 1.7B qkv
+    assert preload_depth(1, 4096, 1024, split=4) == 2 and preload_depth(1, 4096, 1024, split=1) == 1
+    assert preload_depth(8, 4096, 12288) == 0  # x of 8 rows x 12288 leaves no room
+    assert launch_shared(1, 4096, 1024, True, split=4) == fused_shared(1, 1024) + preload_shared(4096, 1024, depth=2)
+
+
+def test_fused_split_knob(monkeypatch):
+    """FIXEDGRAPH_GEMV_FUSED_SPLIT: 0 keeps gemv_split; -1 (auto) takes the smallest split whose
+    whole share is preloaded at 3 CTAs per SM, only where the default share is one batch."""
+    args = (Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None)
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "0")
+    a = _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6)
+    assert (a.grid, a.args[-2], a.shared) == ((256, 1, 1), 8, fused_shared(1, 1024) + preload_shared(4096, 1024))
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "-1")
+    for N, grid in ((4096, 128), (6144, 192)):  # 0.6B qkv, gate_up (+ SiLU: I = N / 2)
+        for launch in (_launch_of(gemv_rmsnorm, *args, 1, N, 1024, 1e-6),
+                       _launch_of(gemv_rmsnorm_silu, *args, 1, N // 2, 1024, 1e-6)):
+            assert (launch.grid, launch.args[-2]) == ((grid, 1, 1), 4)
+            assert launch.shared == fused_shared(1, 1024) + preload_shared(N, 1024, depth=2)
+            assert 3 * (launch.shared + STATIC_SMEM + 1024) <= 228 * 1024
+    assert fused_split(6144, 4096, 1) == gemv_split(6144, 4096)  # 8B qkv: a share of 8 batches, unchanged
+    assert fused_split(4096, 1024, 8) == gemv_split(4096, 1024)  # 8 rows of x leave no room for 2 batches
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "2")
+    assert _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6).args[-2] == 2
+    assert _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6, split=8).args[-2] == 8  # an explicit split wins
+
+
+def test_narrow_knob(monkeypatch):
+    """FIXEDGRAPH_GEMV_NARROW=1: 0.6B o_proj / down_proj as 64 CTAs of 256 threads, each warp's
+    whole share preloaded (1 / 2 batches); launches of 256 threads already are unchanged."""
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_NARROW", "1")
+    for K, depth in ((2048, 1), (3072, 2)):
+        a = _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, K)
+        assert (a.grid, a.block, a.args[-1], a.shared) == ((64, 1, 1), (256, 1, 1), 8,
+                                                            preload_shared(1024, K, False, depth, warps=8))
+    a = _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 4096, 4096)  # 8B o_proj
+    assert (a.grid, a.block, a.shared) == ((256, 1, 1), (256, 1, 1), preload_shared(4096, 4096, False))
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_NARROW", "0")
+    assert _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 3072).block == (512, 1, 1)
+    with pytest.raises(ValueError, match="preload"):
+        _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 3072, preload=4)
