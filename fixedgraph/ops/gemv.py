@@ -6,11 +6,17 @@ fused forms that build x inside every CTA from the previous op's output, saving 
 No scratch memory: when N is small the kernel splits K across the warps of a block (up to 16
 warps of a 512-thread block) and reduces in shared memory, so one launch covers the GPU.
 
-Dynamic shared memory is [x rows (fused entries)][W preload: one batch per warp]: each warp
-copies its first W batch there before waiting on its predecessor (see gemv.cu). A batch is
-PLAIN_UNROLL k32 blocks in the plain entries (8 KiB per warp; 124 registers, 2 CTAs of 256
-threads per SM) and UNROLL in the fused ones (4 KiB; 80 registers, 3 CTAs per SM). The preload
-area is left out when it would not fit; the kernel then streams that batch like the rest.
+Dynamic shared memory is [x rows (fused entries)][W preload: depth batches per warp]: each
+warp copies its first W batches there before waiting on its predecessor (see gemv.cu, which
+reads the depth off the launch's shared memory size). A batch is PLAIN_UNROLL k32 blocks in the
+plain entries (8 KiB per warp; 124 registers, 2 CTAs of 256 threads per SM) and UNROLL in the
+fused ones (4 KiB; 80 registers, 3 CTAs per SM). ``preload_depth`` gives a warp its whole share
+where that fits with the CTAs per SM the launch can use, else one batch, else none.
+
+Fused launches whose warps' share is a single batch take a smaller k split where the whole,
+deeper share still preloads at 3 CTAs per SM (``fused_split``; FIXEDGRAPH_GEMV_FUSED_SPLIT):
+Qwen3-0.6B's qkv and gate_up run 128 / 192 CTAs instead of 256 / 384, all resident beside the
+previous launch's CTAs (measured 0.679 -> 0.659 ms/token, docs/BENCHMARKS.md session 16).
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ SMEM_PER_BLOCK = 227 * 1024  # the most one CTA may opt in to
 STATIC_SMEM = 8768  # the kernels' static shared memory (ptxas -v)
 PRELOAD_WARP_BYTES = 2 * UNROLL * 32 * 16  # one warp's first W batch: [UNROLL][2 rows][32 lanes] x 16 B
 PLAIN_PRELOAD_WARP_BYTES = 2 * PLAIN_UNROLL * 32 * 16
-FUSED_SPLIT_DEFAULT = 0  # FIXEDGRAPH_GEMV_FUSED_SPLIT's default (fused_split): 0 gemv_split, -1 auto
+FUSED_SPLIT_DEFAULT = -1  # FIXEDGRAPH_GEMV_FUSED_SPLIT's default (fused_split): 0 gemv_split, -1 auto
 NARROW_DEFAULT = 0  # FIXEDGRAPH_GEMV_NARROW's default (narrow_enabled)
 
 
