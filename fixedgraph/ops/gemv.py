@@ -17,6 +17,9 @@ Fused launches whose warps' share is a single batch take a smaller k split where
 deeper share still preloads at 3 CTAs per SM (``fused_split``; FIXEDGRAPH_GEMV_FUSED_SPLIT):
 Qwen3-0.6B's qkv and gate_up run 128 / 192 CTAs instead of 256 / 384, all resident beside the
 previous launch's CTAs (measured 0.679 -> 0.659 ms/token, docs/BENCHMARKS.md session 16).
+Plain launches that ``gemv_warps`` would give 512 threads (small N, long K: 0.6B o_proj /
+down_proj) take 256 with their whole share preloaded (``plain_warps``; FIXEDGRAPH_GEMV_NARROW),
+leaving half of each SM's registers to the next launch's CTAs (0.660 -> 0.653 ms/token).
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ STATIC_SMEM = 8768  # the kernels' static shared memory (ptxas -v)
 PRELOAD_WARP_BYTES = 2 * UNROLL * 32 * 16  # one warp's first W batch: [UNROLL][2 rows][32 lanes] x 16 B
 PLAIN_PRELOAD_WARP_BYTES = 2 * PLAIN_UNROLL * 32 * 16
 FUSED_SPLIT_DEFAULT = -1  # FIXEDGRAPH_GEMV_FUSED_SPLIT's default (fused_split): 0 gemv_split, -1 auto
-NARROW_DEFAULT = 0  # FIXEDGRAPH_GEMV_NARROW's default (narrow_enabled)
+NARROW_DEFAULT = 1  # FIXEDGRAPH_GEMV_NARROW's default (narrow_enabled)
 
 
 def gemv_split(N: int, K: int, warps: int = WARPS) -> int:
