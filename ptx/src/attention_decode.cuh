@@ -50,9 +50,12 @@ __device__ __forceinline__ float4 ldcg4(const float *p) { return __ldcg(reinterp
 
 // Called by the whole CTA after it wrote its partials (o_part/ml_part) of every head of group
 // (row, kvh). Returns after the merge when this CTA arrived last, else right away.
-// NOTE: every thread fences its own partial stores before the barrier, thread 0 then bumps the
-// counter; the last arriver fences again before reading the others' partials through L2 (ld.cg).
-// atomicInc wraps old == used - 1 back to 0: the counter is 0 again for the next graph replay.
+// NOTE: one gpu-scope acquire-release increment by thread 0 after the CTA barrier orders the
+// CTA's partial stores before the count (a release is cumulative over what the barrier ordered
+// before it: the semaphore pattern of CUTLASS's GenericBarrier) and, in the last arriver, the
+// merge's loads (through L2, ld.cg) after every other CTA's count; the barrier after it hands
+// that order to the CTA's other threads. No per-thread __threadfence on either side. The inc
+// wraps old == used - 1 back to 0: the counter is 0 again for the next graph replay.
 template <int D>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
@@ -61,18 +64,18 @@ __device__ __forceinline__ void arrive_and_merge(
     unsigned *counters,               // [rows, Hkv] u32, 0 at rest
     unsigned row, unsigned kvh, unsigned Hq, unsigned Hkv, unsigned S, int used) {
     __shared__ unsigned s_last;
-    __threadfence();
-    __syncthreads();
+    __syncthreads();  // every thread's partial stores precede thread 0's release below
     if (threadIdx.x == 0) {
-        const unsigned old = atomicInc(counters + (size_t)row * Hkv + kvh, (unsigned)used - 1);
+        unsigned old;
+        asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                     : "=r"(old) : "l"(counters + (size_t)row * Hkv + kvh), "r"((unsigned)used - 1) : "memory");
         s_last = old == (unsigned)used - 1;
     }
-    __syncthreads();
+    __syncthreads();  // the last arriver: thread 0's acquire precedes every thread's merge loads
     const bool last = s_last;
     __syncthreads();  // NOTE: s_last is rewritten by this CTA's next work item
     FG_TRACE_MARK(5);  // arrived (the counter's round trip)
     if (!last) return;
-    __threadfence();
 
     constexpr int C4 = D / 4;  // float4 columns of a head
     const unsigned G = Hq / Hkv;
