@@ -23,6 +23,8 @@ leaving half of each SM's registers to the next launch's CTAs (0.660 -> 0.653 ms
 """
 from __future__ import annotations
 
+import os
+
 from fixedgraph.program import Arg, Null, Program
 
 WARPS = 8  # warps of a normal block (256 threads)
@@ -153,9 +155,12 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
     default = gemv_split(N, K, warps)
     if split is not None:
         return split
-    import os
-
-    want = int(os.environ.get("FIXEDGRAPH_GEMV_FUSED_SPLIT", FUSED_SPLIT_DEFAULT))
+    raw = os.environ.get("FIXEDGRAPH_GEMV_FUSED_SPLIT", str(FUSED_SPLIT_DEFAULT))
+    try:
+        want = int(raw)
+    except ValueError:
+        raise ValueError(f"FIXEDGRAPH_GEMV_FUSED_SPLIT={raw!r} is not an integer: use 0 (gemv_split), -1 (auto) "
+                         "or a power of two up to the block's warps") from None
     if want > 0:
         return want if valid_split(want, warps) else default
     if want == 0 or share_batches(N, K, warps, default) > 1:
@@ -174,8 +179,6 @@ def narrow_enabled() -> bool:
     """FIXEDGRAPH_GEMV_NARROW (default NARROW_DEFAULT): plain GEMVs that gemv_warps gives 512
     threads (small N, long K: 0.6B o_proj / down_proj) take 256, half an SM's registers, with a
     deeper preload, leaving room for the next launch's CTAs."""
-    import os
-
     return os.environ.get("FIXEDGRAPH_GEMV_NARROW", str(NARROW_DEFAULT)) != "0"
 
 
@@ -225,8 +228,6 @@ def lean_enabled(lean: bool | None = None) -> bool:
     (default on; "0" keeps the generic entries everywhere)."""
     if lean is not None:
         return bool(lean)
-    import os
-
     return os.environ.get("FIXEDGRAPH_GEMV_LEAN", "1") != "0"
 
 
@@ -286,8 +287,11 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
     S = _split_arg(N, K, fused_split(N, K, rows, split) if takes_split else None)
     shared = launch_shared(rows, N, K, True, preload, split=S)
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
-        raise ValueError(f"{entry}: x of {rows} rows x K={K} needs {shared} bytes of shared memory, more than "
-                         f"{SMEM_PER_BLOCK - STATIC_SMEM}; run the unfused op and gemv instead")
+        if preload is True:  # preload_depth fell back to none: x alone is too big
+            raise ValueError(f"{entry}: x of {rows} rows x K={K} needs {shared} bytes of shared memory, more than "
+                             f"{SMEM_PER_BLOCK - STATIC_SMEM}; run the unfused op and gemv instead")
+        raise ValueError(f"{entry}: x and a W preload of {preload} batches per warp need {shared} bytes of shared "
+                         f"memory, more than {SMEM_PER_BLOCK - STATIC_SMEM}; give fewer batches")
     args = (*head, rows, N, K, *((S,) if takes_split else ()), *(() if eps is None else (float(eps),)))
     return prog.launch(entry, (fused_grid(N, K, rows, S), 1, 1), (32 * gemv_warps(N, K), 1, 1), args,
                        shared=shared, label=label or entry)

@@ -353,3 +353,13 @@ def test_narrow_knob(monkeypatch):
     assert _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 3072).block == (512, 1, 1)
     with pytest.raises(ValueError, match="preload"):
         _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 3072, preload=4)
+
+
+def test_fused_split_knob_rejects_garbage(monkeypatch):
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "auto")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_FUSED_SPLIT='auto' is not an integer"):
+        fused_split(4096, 1024, 1)
+    p = Program("t")
+    with pytest.raises(ValueError, match="preload of 9 batches"):
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6, split=8,
+                     preload=9)
