@@ -9,6 +9,8 @@
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
 # the same call, so that a change is judged against its baseline on the same machine and clocks.
+# AB_ENVS="nar:FIXEDGRAPH_GEMV_NARROW=0 s2:FIXEDGRAPH_GEMV_FUSED_SPLIT=2": more sides, each this
+# tree with those environment variables (NAME:VAR=VAL[,VAR=VAL...]; no .ab needed for them).
 # AB_PROFILE=1: the first round also profiles each side (tables in ab_NAME_1.log). Each side's
 # bench is cut at AB_TIMEOUT seconds (240) and the kernels stage at KERNELS_TIMEOUT (300), so a
 # hung candidate (e.g. a flag handoff that never publishes) costs its stage, not the call.
@@ -82,27 +84,37 @@ if want model && [ -f tools/bench.py ]; then
   note "bench model rc=$?"
   grep -v '^ ' "$OUT/bench_model.log" | grep -v '^[{}]' | tail -60
 fi
-if want ab && ls -d .ab/*/ >/dev/null 2>&1; then
+if want ab && { ls -d .ab/*/ >/dev/null 2>&1 || [ -n "${AB_ENVS:-}" ]; }; then
   site=${PYTHONPATH#$PWD:}
   sides=()
   for d in .ab/*/; do
+    [ -d "$d" ] || continue
     d=${d%/}
     if (cd "$d" && python3 setup.py build_ext --inplace > "$OUT/build_${d##*/}.log" 2>&1); then sides+=("$d")
     else tail -20 "$OUT/build_${d##*/}.log"; echo "BUILD FAILED: $d"; fi
   done
+  # AB_ENVS="NAME:VAR=VAL[,VAR=VAL...] ...": sides that are this tree run with those variables
+  # (knob A/Bs without a tree copy each)
+  for spec in ${AB_ENVS:-}; do sides+=("env:$spec"); done
   sides+=(.)
   for r in $(seq 1 ${AB_ROUNDS:-2}); do
     for d in "${sides[@]}"; do
-      name=${d##*/}; [ "$d" = . ] && name=cand
+      vars=()
+      if [[ $d == env:* ]]; then
+        spec=${d#env:}; name=${spec%%:*}; IFS=, read -ra vars <<< "${spec#*:}"; d=.
+      else
+        name=${d##*/}; [ "$d" = . ] && name=cand
+      fi
       dir=$(cd "$d" && pwd)
       # what ran on this side (tools/ab_prepare.sh wrote it; the device's git may be stale)
-      if [ "$d" = . ]; then ref=$(cat .ab/CANDIDATE 2>/dev/null || echo "working tree"); else ref=$(cat "$d/AB_COMMIT" 2>/dev/null || echo "?"); fi
+      if [ "$d" = . ]; then ref=$(cat .ab/CANDIDATE 2>/dev/null || echo "working tree ${FIXEDGRAPH_COMMIT:-?}"); else ref=$(cat "$d/AB_COMMIT" 2>/dev/null || echo "?"); fi
+      [ ${#vars[@]} -gt 0 ] && ref="$ref with ${vars[*]}"
       prof=(); [ -n "${AB_PROFILE:-}" ] && [ "$r" = 1 ] && mkdir -p "$OUT/prof_$name" && prof=(--profile-dir "$OUT/prof_$name")
-      (cd "$dir" && FIXEDGRAPH_COMMIT="${ref#* }" PYTHONPATH="$dir:$site" timeout ${AB_TIMEOUT:-240} python3 tools/bench.py --peers= ${AB_ARGS:-} \
-         "${prof[@]}" --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
+      (cd "$dir" && env "${vars[@]}" FIXEDGRAPH_COMMIT="${ref#* }" PYTHONPATH="$dir:$site" timeout ${AB_TIMEOUT:-240} \
+         python3 tools/bench.py --peers= ${AB_ARGS:-} "${prof[@]}" --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
       note "ab $name [$ref] round $r rc=$?: $(bench_line "$OUT/ab_${name}_$r.json")"
       if [ -n "${AB_KERNELS:-}" ]; then
-        (cd "$dir" && PYTHONPATH="$dir:$site" python3 tools/bench_kernels.py $AB_KERNELS \
+        (cd "$dir" && env "${vars[@]}" PYTHONPATH="$dir:$site" python3 tools/bench_kernels.py $AB_KERNELS \
            --json "$OUT/abk_${name}_$r.json" > "$OUT/abk_${name}_$r.log" 2>&1)
         note "ab kernels $name round $r rc=$?: $(grep -E 'attention|gemv' "$OUT/abk_${name}_$r.log" | tail -4 | tr -s ' ' | tr '\n' ';')"
       fi
