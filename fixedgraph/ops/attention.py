@@ -12,6 +12,8 @@ graph replays need nothing further. The reference twin refuses to run on non-zer
 """
 from __future__ import annotations
 
+import os
+
 from fixedgraph.program import Arg, Null, Program
 
 DECODE_HEAD_DIMS = (64, 96, 128, 256)
@@ -68,13 +70,26 @@ def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132)
     Fixed when the graph is built; each launch cuts a row of n keys into pieces of
     round_up(ceil(n / S), block_size) keys, so short contexts use fewer, shorter splits and the
     rest exit after one load (no scratch, no counter). Never more than ``max_seq_len //
-    MIN_KEYS_PER_SPLIT`` splits, nor more CTAs than two per SM (the kernel's occupancy).
+    min_keys_per_split()`` splits, nor more CTAs than two per SM (the kernel's occupancy).
     """
     if max_seq_len < 1 or rows < 1 or Hkv < 1:
         raise ValueError(f"choose_num_splits: max_seq_len={max_seq_len}, rows={rows}, Hkv={Hkv}")
     want = 2 * num_sms // (rows * Hkv)  # CTAs per (row, kv head) that still fit in one wave
-    by_len = max_seq_len // MIN_KEYS_PER_SPLIT
+    by_len = max_seq_len // min_keys_per_split()
     return max(1, min(want, by_len, MAX_SPLITS))
+
+
+def min_keys_per_split() -> int:
+    """FIXEDGRAPH_ATTN_MIN_KEYS (default MIN_KEYS_PER_SPLIT): the fewest keys a graph's split
+    count plans per split at its context bucket (an A/B knob; see choose_num_splits)."""
+    raw = os.environ.get("FIXEDGRAPH_ATTN_MIN_KEYS", str(MIN_KEYS_PER_SPLIT))
+    try:
+        keys = int(raw)
+    except ValueError:
+        keys = 0
+    if keys < 1:
+        raise ValueError(f"FIXEDGRAPH_ATTN_MIN_KEYS={raw!r}: give a positive number of keys (default {MIN_KEYS_PER_SPLIT})")
+    return keys
 
 
 def _ptr(a: Arg | None) -> Arg:

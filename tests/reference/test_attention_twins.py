@@ -333,3 +333,13 @@ def test_block_division_by_multiply_is_exact(d, rng):
     q, r = _divmod_by_multiply(n, d)
     np.testing.assert_array_equal(q, n // d)
     np.testing.assert_array_equal(r, n % d)
+
+
+def test_min_keys_knob(monkeypatch):
+    """FIXEDGRAPH_ATTN_MIN_KEYS changes how many splits a context bucket plans; garbage is refused."""
+    assert ops.choose_num_splits(512, 1, 8) == 512 // ops.MIN_KEYS_PER_SPLIT
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_MIN_KEYS", "32")
+    assert ops.choose_num_splits(512, 1, 8) == 16
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_MIN_KEYS", "0")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_MIN_KEYS='0'"):
+        ops.choose_num_splits(512, 1, 8)
