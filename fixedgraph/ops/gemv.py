@@ -149,8 +149,9 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
     """The k split of a fused launch: ``split`` if given, else FIXEDGRAPH_GEMV_FUSED_SPLIT
     (default FUSED_SPLIT_DEFAULT): 0 for gemv_split's; S > 0 for S (where valid); -1 (auto) for
     the smallest split that still preloads each warp's whole share at full occupancy, taken only
-    where gemv_split's share is a single batch (small layers: fewer, deeper CTAs, so a launch
-    fits beside its predecessor's CTAs)."""
+    where gemv_split's share is a single batch and its grid has more CTAs than the GPU has SMs
+    (small layers: fewer, deeper CTAs, so a launch fits beside its predecessor's CTAs; measured
+    on Qwen3-0.6B's qkv and gate_up)."""
     warps = gemv_warps(N, K)
     default = gemv_split(N, K, warps)
     if split is not None:
@@ -163,8 +164,8 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
                          "or a power of two up to the block's warps") from None
     if want > 0:
         return want if valid_split(want, warps) else default
-    if want == 0 or share_batches(N, K, warps, default) > 1:
-        return default
+    if want == 0 or share_batches(N, K, warps, default) > 1 or gemv_groups(N, K, warps, default) <= NUM_SMS:
+        return default  # deeper already, or few enough CTAs to fit beside the predecessor's
     full = regs_ctas_per_sm(True, warps)
     S = 1
     while S < default:
