@@ -163,7 +163,10 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
         raise ValueError(f"FIXEDGRAPH_GEMV_FUSED_SPLIT={raw!r} is not an integer: use 0 (gemv_split), -1 (auto) "
                          "or a power of two up to the block's warps") from None
     if want > 0:
-        return want if valid_split(want, warps) else default
+        if not valid_split(want, warps):
+            raise ValueError(f"FIXEDGRAPH_GEMV_FUSED_SPLIT={want} is not a power of two <= {warps} (the warps of a "
+                             f"block for N={N}, K={K}); use 0 (gemv_split), -1 (auto) or such a split")
+        return want
     if want == 0 or share_batches(N, K, warps, default) > 1 or gemv_groups(N, K, warps, default) <= NUM_SMS:
         return default  # deeper already, or few enough CTAs to fit beside the predecessor's
     full = regs_ctas_per_sm(True, warps)

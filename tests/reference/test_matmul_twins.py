@@ -359,6 +359,9 @@ def test_fused_split_knob_rejects_garbage(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "auto")
     with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_FUSED_SPLIT='auto' is not an integer"):
         fused_split(4096, 1024, 1)
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "3")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_FUSED_SPLIT=3 is not a power of two"):
+        fused_split(4096, 1024, 1)
     p = Program("t")
     with pytest.raises(ValueError, match="preload of 9 batches"):
         gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6, split=8,
