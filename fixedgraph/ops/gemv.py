@@ -186,6 +186,15 @@ def narrow_enabled() -> bool:
     return os.environ.get("FIXEDGRAPH_GEMV_NARROW", str(NARROW_DEFAULT)) != "0"
 
 
+def reg_preload_enabled(reg_preload: bool | None = None) -> bool:
+    """Whether lean plain launches take ``gemv_bf16_vec_rp`` (the first W batch held in registers
+    across the PDL wait instead of shared memory; the same results): ``reg_preload`` if given,
+    else FIXEDGRAPH_GEMV_REG_PRELOAD (default off: an A/B candidate, not yet measured)."""
+    if reg_preload is not None:
+        return bool(reg_preload)
+    return os.environ.get("FIXEDGRAPH_GEMV_REG_PRELOAD", "0") != "0"
+
+
 def plain_warps(N: int, K: int, narrow: bool | None = None) -> int:
     """Warps per block of a plain launch: gemv_warps, or WARPS when narrow (narrow_enabled())."""
     warps = gemv_warps(N, K)
@@ -254,7 +263,7 @@ def row_path(rows: int, N: int, K: int, hidden_in: Arg, delta: Arg | None, hidde
 
 def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,
          out_f32: bool = False, label: str = "", preload: bool | int = True, split: int | None = None,
-         lean: bool | None = None, narrow: bool | None = None) -> int:
+         lean: bool | None = None, narrow: bool | None = None, reg_preload: bool | None = None) -> int:
     """out[r, n] = sum_k x[r, k] * w[n, k] (+ bias[n]), fp32 accumulation, rounded once.
 
     out: [rows, N] bf16, or f32 when ``out_f32`` (logits); written.
@@ -266,6 +275,7 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
       batches per warp (both only to test those paths).
     split: warps per 16-column tile (a power of two <= the block's warps); None: gemv_split.
     narrow: 256-thread CTAs where gemv_warps picks 512 (``plain_warps``); None: narrow_enabled().
+    reg_preload: take ``gemv_bf16_vec_rp`` for a lean launch (``reg_preload_enabled``).
     lean: take ``gemv_bf16_vec`` (the same results, a third of the code) where it applies; None:
       ``lean_enabled()``.
     Returns the op index.
@@ -274,6 +284,8 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     entry = "gemv_bf16_f32out" if out_f32 else "gemv_bf16"
     if entry == "gemv_bf16" and lean_enabled(lean) and vec_path(K, x, w):
         entry = "gemv_bf16_vec"
+        if reg_preload_enabled(reg_preload):
+            entry, preload = "gemv_bf16_vec_rp", False  # its preload is in registers
     warps = plain_warps(N, K, narrow)
     S = _split_arg(N, K, split, warps)
     shared = launch_shared(rows, N, K, False, preload, warps, S)

@@ -158,7 +158,10 @@ __device__ __forceinline__ void mma_batch(float (&acc)[4], const uint4 (&a0)[U],
 
 // XS: x is read from shared memory (row stride xs_stride(K), zero past K) instead of global.
 // Epilogue: value(j, r, n, v) sees every output v = out[r, n] this thread stores (r = r0 + 2t + j).
-template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL>
+// REGPRE (gemv_bf16_vec_rp): the first batch of the CTA's first tile is loaded into registers
+// before the PDL wait instead of into shared memory (the launcher gives such a launch no preload
+// area), so the first mmas after the wait read W without a shared-memory round trip.
+template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL, bool REGPRE = false>
 __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32; [rows, N/2] (OUT_SILU)
                                           const bf16* __restrict__ x,     // [rows, K] bf16 (global or smem)
                                           const bf16* __restrict__ W,     // [N, K] bf16
@@ -215,6 +218,13 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     }
     cp_async_commit();
   }
+  uint4 ra0[U], ra1[U];  // REGPRE: the first batch of the first tile (rows g and g+8)
+  if constexpr (REGPRE && VEC) {
+    if (first)
+      load_w<VEC>(ra0, ra1, w_rows_for<MODE>(W, N, K, (blockIdx.x * tiles_per_block + slot) * GEMV_TILE_N, g), K, S,
+                  ks, t);
+  }
+  const bool reg_first = REGPRE && VEC && first;  // CTA-uniform, as `first`
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
   FG_PDL_WAIT();
   prologue();
@@ -228,7 +238,12 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     const WRows wr = w_rows_for<MODE>(W, N, K, n0, g);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
     uint32_t kb = ks;
-    if (with_pre) {  // this warp's own cp.async writes: no barrier needed
+    if (reg_first && with_pre) {  // REGPRE: the batch loaded before the wait
+      uint4 b[U];
+      load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
+      mma_batch(acc, ra0, ra1, b);
+      kb += S * U;
+    } else if (with_pre) {  // this warp's own cp.async writes: no barrier needed
       cp_async_wait<0>();
 #pragma unroll 1
       for (uint32_t d = 0; d < depth; ++d, kb += S * U) {
@@ -297,9 +312,9 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   };
 
   // (r0 = 0, grp = blockIdx.x) first, with the preloaded batches; then the rest in the usual order.
-  if (pre) tile(0, blockIdx.x, true);
+  if (pre || reg_first) tile(0, blockIdx.x, true);
   for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS)  // one pass for rows <= 8
-    for (uint32_t grp = blockIdx.x + (r0 == 0 && pre ? gridDim.x : 0u); grp < groups; grp += gridDim.x)
+    for (uint32_t grp = blockIdx.x + (r0 == 0 && (pre || reg_first) ? gridDim.x : 0u); grp < groups; grp += gridDim.x)
       tile(r0, grp, false);
   FG_TRACE_MARK(3);  // every tile of the CTA stored (thread 0's view)
 }
@@ -316,24 +331,25 @@ struct GemvShared {
 // the code a CTA runs after its PDL wait is about a third of the generic entry's (instruction
 // fetch: every layer cycles its kernels' code through each SM); a launch it does not fit traps
 // (the launcher never makes one: fixedgraph/ops/gemv.py's vec_path / row_path).
-template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false>
+template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false,
+          bool REGPRE = false>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                               float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{}) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
-    gemv_body<true, MODE, XS, Prologue, Epilogue, UV>(out, x, W, bias, rows, N, K, split, red, pro, epi);
+    gemv_body<true, MODE, XS, Prologue, Epilogue, UV, REGPRE>(out, x, W, bias, rows, N, K, split, red, pro, epi);
   else if constexpr (LEAN)
     __trap();
   else
     gemv_body<false, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
 }
 
-template <bool F32OUT, bool LEAN = false>
+template <bool F32OUT, bool LEAN = false, bool REGPRE = false>
 __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                            uint32_t rows, uint32_t N, uint32_t K, uint32_t split) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
-  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, LEAN>(
+  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, LEAN, REGPRE>(
       out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
 }
 
@@ -425,6 +441,15 @@ gemv_bf16_vec(bf16* __restrict__ out, const bf16* __restrict__ x, const bf16* __
               const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
               unsigned int split) { FG_KERNEL_BEGIN();
   gemv_entry<false, true>(out, x, W, bias, rows, N, K, split);
+}
+
+// gemv_bf16_vec with the first W batch held in registers across the PDL wait instead of shared
+// memory (REGPRE above; FIXEDGRAPH_GEMV_REG_PRELOAD): the same results and bits.
+extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
+gemv_bf16_vec_rp(bf16* __restrict__ out, const bf16* __restrict__ x, const bf16* __restrict__ W,
+                 const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
+                 unsigned int split) { FG_KERNEL_BEGIN();
+  gemv_entry<false, true, true>(out, x, W, bias, rows, N, K, split);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)

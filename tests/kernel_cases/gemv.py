@@ -385,3 +385,27 @@ def rmsnorm_preload_past_share_case(rng):
     batches past the slice are zeros and add nothing."""
     return rmsnorm_case("gemv_rmsnorm_preload_past_share_r2_200x1000", rng, 2, 200, 1000, delta=False,
                         hidden_out=False, bias=True, out_f32=True, preload=3)
+
+
+# ---- the first W batch in registers across the wait (gemv_bf16_vec_rp) ----------------------
+@kernel_case("gemv_rp_r1_1024x2048")
+def reg_preload_o_proj_case(rng):
+    """0.6B o_proj as the default narrow launch, its whole share (one batch) in registers."""
+    return linear_case("gemv_rp_r1_1024x2048", rng, gemv, 1, 1024, 2048, bias=False, out_f32=False,
+                       reg_preload=True)
+
+
+@kernel_case("gemv_rp_r3_1024x3072_bias")
+def reg_preload_down_case(rng):
+    """0.6B down_proj shape, 3 rows and a bias: the first batch from registers, the second
+    streamed after the wait."""
+    return linear_case("gemv_rp_r3_1024x3072_bias", rng, gemv, 3, 1024, 3072, bias=True, out_f32=False,
+                       reg_preload=True, narrow=True)
+
+
+@kernel_case("gemv_rp_r2_600x4096_bias")
+def reg_preload_long_k_case(rng):
+    """8B's K (each warp's slice two batches at split 8, the first from registers) and a tail
+    tile (N % 16 != 0: rows past N load nothing)."""
+    return linear_case("gemv_rp_r2_600x4096_bias", rng, gemv, 2, 600, 4096, bias=True, out_f32=False,
+                       reg_preload=True)

@@ -366,3 +366,16 @@ def test_fused_split_knob_rejects_garbage(monkeypatch):
     with pytest.raises(ValueError, match="preload of 9 batches"):
         gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6, split=8,
                      preload=9)
+
+
+def test_reg_preload_knob(monkeypatch):
+    """FIXEDGRAPH_GEMV_REG_PRELOAD=1 (or reg_preload=True): lean plain launches take
+    gemv_bf16_vec_rp with no shared preload area; the same grid, block and arguments."""
+    base = _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 2048)
+    assert base.entry == "gemv_bf16_vec" and base.shared > 0
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_REG_PRELOAD", "1")
+    rp = _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 2048)
+    assert (rp.entry, rp.shared) == ("gemv_bf16_vec_rp", 0)
+    assert (rp.grid, rp.block, rp.args) == (base.grid, base.block, base.args)
+    assert _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 2048, lean=False).entry == "gemv_bf16"
+    assert _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 2048, reg_preload=False).entry == "gemv_bf16_vec"

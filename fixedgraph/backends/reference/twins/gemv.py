@@ -159,6 +159,13 @@ def gemv_bf16_vec(mem, grid, block, out, x, w, bias, rows, N, K, split):
     gemv_bf16(mem, grid, block, out, x, w, bias, rows, N, K, split)
 
 
+@twin("gemv_bf16_vec_rp")
+def gemv_bf16_vec_rp(mem, grid, block, out, x, w, bias, rows, N, K, split):
+    """gemv_bf16_vec with its first W batch held in registers across the wait: the same results."""
+    _lean_check("gemv_bf16_vec_rp", K, None, (x, 16), (w, 16))
+    gemv_bf16(mem, grid, block, out, x, w, bias, rows, N, K, split)
+
+
 @twin("gemv_rmsnorm_bf16_row")
 def gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
                           eps):
