@@ -187,9 +187,11 @@ def narrow_enabled() -> bool:
 
 
 def reg_preload_enabled(reg_preload: bool | None = None) -> bool:
-    """Whether lean plain launches take ``gemv_bf16_vec_rp`` (the first W batch held in registers
-    across the PDL wait instead of shared memory; the same results): ``reg_preload`` if given,
-    else FIXEDGRAPH_GEMV_REG_PRELOAD (default off: an A/B candidate, not yet measured)."""
+    """Whether lean launches take their ``_rp`` forms (``gemv_bf16_vec_rp``,
+    ``gemv_rmsnorm*_row_rp``: the first W batch held in registers across the PDL wait, the
+    preload area holding the batches after it; the same results, grid and arguments):
+    ``reg_preload`` if given, else FIXEDGRAPH_GEMV_REG_PRELOAD (default off: an A/B candidate,
+    not yet measured)."""
     if reg_preload is not None:
         return bool(reg_preload)
     return os.environ.get("FIXEDGRAPH_GEMV_REG_PRELOAD", "0") != "0"
@@ -285,9 +287,11 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     if entry == "gemv_bf16" and lean_enabled(lean) and vec_path(K, x, w):
         entry = "gemv_bf16_vec"
         if reg_preload_enabled(reg_preload):
-            entry, preload = "gemv_bf16_vec_rp", False  # its preload is in registers
+            entry = "gemv_bf16_vec_rp"
     warps = plain_warps(N, K, narrow)
     S = _split_arg(N, K, split, warps)
+    if entry.endswith("_rp") and preload is True:  # the first batch is in registers
+        preload = max(0, preload_depth(rows, N, K, False, warps, S) - 1)
     shared = launch_shared(rows, N, K, False, preload, warps, S)
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         raise ValueError(f"gemv: a W preload of {shared} bytes does not fit a CTA's {SMEM_PER_BLOCK - STATIC_SMEM}; "
@@ -301,6 +305,8 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
     """Launch a fused entry with arguments (*head, rows, N, K[, split][, eps]); the split is
     ``fused_split``'s unless the entry takes none (gemv_split's then)."""
     S = _split_arg(N, K, fused_split(N, K, rows, split) if takes_split else None)
+    if entry.endswith("_rp") and preload is True:  # the first batch is in registers (same grid)
+        preload = max(0, preload_depth(rows, N, K, True, split=S) - 1)
     shared = launch_shared(rows, N, K, True, preload, split=S)
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         if preload is True:  # preload_depth fell back to none: x alone is too big
@@ -316,7 +322,7 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                  norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
                  out_f32: bool = False, label: str = "", split: int | None = None, lean: bool | None = None,
-                 preload: bool | int = True) -> int:
+                 preload: bool | int = True, reg_preload: bool | None = None) -> int:
     """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
 
     h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
@@ -329,6 +335,7 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     hidden_out): ping-pong two residual buffers.
     norm_w: [K] bf16. w: [N, K] bf16. bias: [N] bf16 or None. rows: 1..8. eps: variance epsilon.
     split: the k split, None: ``fused_split``'s. preload: as ``gemv``'s (tests).
+    reg_preload: the lean entry's ``_rp`` form (``reg_preload_enabled``).
     Returns the op index.
     """
     rows, N, K = _check("gemv_rmsnorm", rows, N, K)
@@ -337,6 +344,8 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     entry = "gemv_rmsnorm_bf16_f32out" if out_f32 else "gemv_rmsnorm_bf16"
     if not out_f32 and lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_bf16_row"  # the same results, a third of the code (lean_enabled)
+        if reg_preload_enabled(reg_preload):
+            entry += "_rp"
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 
@@ -344,7 +353,7 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
 def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                       norm_w: Arg, w: Arg, bias: Arg | None, rows: int, I: int, K: int, eps: float,
                       label: str = "", split: int | None = None, lean: bool | None = None,
-                      preload: bool | int = True) -> int:
+                      preload: bool | int = True, reg_preload: bool | None = None) -> int:
     """The MLP's activation straight from the residual stream, replacing add_rmsnorm + gate_up
     GEMV + silu_mul: gate_up = rmsnorm(hidden_in + delta) @ w.T (+ bias) (gemv_rmsnorm's
     rounding), out[r, j] = bf16(bf16(silu(gate_up[r, j])) * gate_up[r, I + j]) (silu_mul's).
@@ -361,6 +370,8 @@ def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None
     entry = "gemv_rmsnorm_silu_bf16"
     if lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_silu_bf16_row"  # the same results, a third of the code (lean_enabled)
+        if reg_preload_enabled(reg_preload):
+            entry += "_rp"
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 
 

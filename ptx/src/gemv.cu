@@ -158,9 +158,9 @@ __device__ __forceinline__ void mma_batch(float (&acc)[4], const uint4 (&a0)[U],
 
 // XS: x is read from shared memory (row stride xs_stride(K), zero past K) instead of global.
 // Epilogue: value(j, r, n, v) sees every output v = out[r, n] this thread stores (r = r0 + 2t + j).
-// REGPRE (gemv_bf16_vec_rp): the first batch of the CTA's first tile is loaded into registers
-// before the PDL wait instead of into shared memory (the launcher gives such a launch no preload
-// area), so the first mmas after the wait read W without a shared-memory round trip.
+// REGPRE (the *_rp entries): the first batch of the CTA's first tile is loaded into registers
+// before the PDL wait instead of into shared memory, so the first mmas after the wait read W
+// without a shared-memory round trip; the preload area (if any) holds the batches after it.
 template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL, bool REGPRE = false>
 __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32; [rows, N/2] (OUT_SILU)
                                           const bf16* __restrict__ x,     // [rows, K] bf16 (global or smem)
@@ -204,6 +204,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     depth = dyn > xs_bytes ? (dyn - xs_bytes) / (warps * BATCH_BYTES) : 0u;
   }
   const bool pre = depth > 0;
+  constexpr uint32_t R = REGPRE && VEC ? 1u : 0u;  // batches held in registers, ahead of the area's
   uint4* pre_w = reinterpret_cast<uint4*>(gemv_dyn + xs_bytes) + warp * depth * (2 * U * 32) + lane;  // [depth][U][2][32]
   if (pre) {
     const WRows wr = w_rows_for<MODE>(W, N, K, (blockIdx.x * tiles_per_block + slot) * GEMV_TILE_N, g);
@@ -211,7 +212,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     for (uint32_t d = 0; d < depth; ++d) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const uint32_t k = (ks + (d * U + u) * S) * 32 + t * 8;
+        const uint32_t k = (ks + ((d + R) * U + u) * S) * 32 + t * 8;
         cp_async_16(smem_u32(pre_w + (2 * (d * U + u)) * 32), wr.w0 + k, wr.ok0 && k < K ? 16u : 0u);
         cp_async_16(smem_u32(pre_w + (2 * (d * U + u) + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
       }
@@ -243,7 +244,8 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
       mma_batch(acc, ra0, ra1, b);
       kb += S * U;
-    } else if (with_pre) {  // this warp's own cp.async writes: no barrier needed
+    }
+    if (with_pre && (R == 0 || pre)) {  // this warp's own cp.async writes: no barrier needed
       cp_async_wait<0>();
 #pragma unroll 1
       for (uint32_t d = 0; d < depth; ++d, kb += S * U) {
@@ -353,15 +355,15 @@ __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16*
       out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
 }
 
-template <int MODE, bool LEAN = false>
+template <int MODE, bool LEAN = false, bool REGPRE = false>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
                                                    uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
   auto pro = [&]() { rmsnorm_prologue<LEAN>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
-  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN>(out, gemv_xs, W, bias, rows, N, K, split,
-                                                                          sh.red, pro);
+  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN, REGPRE>(out, gemv_xs, W, bias, rows, N, K,
+                                                                                  split, sh.red, pro);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
@@ -467,6 +469,26 @@ gemv_rmsnorm_silu_bf16_row(bf16* __restrict__ out, const float* __restrict__ hid
                            unsigned int rows, unsigned int N, unsigned int K, unsigned int split,
                            float eps) { FG_KERNEL_BEGIN();
   gemv_rmsnorm_entry<OUT_SILU, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
+}
+
+// The fused lean entries with their first W batch held in registers across the wait (REGPRE;
+// FIXEDGRAPH_GEMV_REG_PRELOAD): the same results and bits as the _row entries.
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_bf16_row_rp(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
+                         float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
+                         const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
+                         unsigned int split, float eps) { FG_KERNEL_BEGIN();
+  gemv_rmsnorm_entry<OUT_BF16, true, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
+}
+
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_silu_bf16_row_rp(bf16* __restrict__ out, const float* __restrict__ hidden_in,
+                              const bf16* __restrict__ delta, float* __restrict__ hidden_out,
+                              const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
+                              const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
+                              unsigned int split, float eps) { FG_KERNEL_BEGIN();
+  gemv_rmsnorm_entry<OUT_SILU, true, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split,
+                                           eps);
 }
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].

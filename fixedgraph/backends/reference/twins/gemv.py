@@ -181,3 +181,18 @@ def gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_o
                 (w, 16), threads=block[0])
     gemv_rmsnorm_silu_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
                            eps)
+
+
+@twin("gemv_rmsnorm_bf16_row_rp")
+def gemv_rmsnorm_bf16_row_rp(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
+                             eps):
+    """gemv_rmsnorm_bf16_row with its first W batch in registers across the wait: the same results."""
+    gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split, eps)
+
+
+@twin("gemv_rmsnorm_silu_bf16_row_rp")
+def gemv_rmsnorm_silu_bf16_row_rp(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
+                                  split, eps):
+    """gemv_rmsnorm_silu_bf16_row with its first W batch in registers across the wait."""
+    gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
+                               split, eps)
