@@ -134,12 +134,13 @@ def preload_shared(N: int, K: int, fused: bool = True, depth: int = 1, warps: in
 
 
 def launch_shared(rows: int, N: int, K: int, fused: bool, preload: bool | int = True, warps: int | None = None,
-                  split: int | None = None) -> int:
+                  split: int | None = None, in_registers: int = 0) -> int:
     """Dynamic shared memory of a launch: x rows (fused) plus the preload area. ``preload``: True
-    for ``preload_depth``'s batches, False for none, an int for that many (tests)."""
+    for ``preload_depth``'s batches less the ``in_registers`` ones the entry holds in registers
+    (the ``_rp`` forms: 1), False for none, an int for that many (tests)."""
     x = fused_shared(rows, K) if fused else 0
     if preload is True:
-        depth = preload_depth(rows, N, K, fused, warps, split)
+        depth = max(0, preload_depth(rows, N, K, fused, warps, split) - in_registers)
     else:
         depth = int(preload)
     return x + preload_shared(N, K, fused, depth, warps)
@@ -290,9 +291,7 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
             entry = "gemv_bf16_vec_rp"
     warps = plain_warps(N, K, narrow)
     S = _split_arg(N, K, split, warps)
-    if entry.endswith("_rp") and preload is True:  # the first batch is in registers
-        preload = max(0, preload_depth(rows, N, K, False, warps, S) - 1)
-    shared = launch_shared(rows, N, K, False, preload, warps, S)
+    shared = launch_shared(rows, N, K, False, preload, warps, S, in_registers=int(entry.endswith("_rp")))
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         raise ValueError(f"gemv: a W preload of {shared} bytes does not fit a CTA's {SMEM_PER_BLOCK - STATIC_SMEM}; "
                          "give fewer batches (preload=True picks what fits)")
@@ -305,9 +304,7 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
     """Launch a fused entry with arguments (*head, rows, N, K[, split][, eps]); the split is
     ``fused_split``'s unless the entry takes none (gemv_split's then)."""
     S = _split_arg(N, K, fused_split(N, K, rows, split) if takes_split else None)
-    if entry.endswith("_rp") and preload is True:  # the first batch is in registers (same grid)
-        preload = max(0, preload_depth(rows, N, K, True, split=S) - 1)
-    shared = launch_shared(rows, N, K, True, preload, split=S)
+    shared = launch_shared(rows, N, K, True, preload, split=S, in_registers=int(entry.endswith("_rp")))
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         if preload is True:  # preload_depth fell back to none: x alone is too big
             raise ValueError(f"{entry}: x of {rows} rows x K={K} needs {shared} bytes of shared memory, more than "
