@@ -26,7 +26,7 @@ def launchers() -> dict[str, str]:
     for info in pkgutil.iter_modules(ops_pkg.__path__):
         mod = importlib.import_module(f"fixedgraph.ops.{info.name}")
         for name, fn in inspect.getmembers(mod, inspect.isfunction):
-            if fn.__module__ != mod.__name__ or not fn.__doc__:
+            if fn.__module__ != mod.__name__ or not fn.__doc__ or name.startswith("_"):
                 continue
             src = inspect.getsource(fn)
             for entry in entry_index():

@@ -129,6 +129,19 @@ __device__ __forceinline__ uint32_t dynamic_smem_bytes() {
   return v;
 }
 
+// Which block of a GEMV's grid this CTA is, how many blocks take its tiles grid-stride, the
+// bytes of shared memory after x that hold the W preload, and the wait before the first read
+// of a predecessor's output. HwGrid: the launch's own (blockIdx.x, gridDim.x, the dynamic
+// shared memory, the PDL wait); gemv_chain (below) runs several GEMVs in one grid with its own.
+// (Static members: a policy type, not an argument, so the standalone entries compile exactly as
+// before it existed.)
+struct HwGrid {
+  static __device__ __forceinline__ uint32_t bid() { return blockIdx.x; }
+  static __device__ __forceinline__ uint32_t nblk() { return gridDim.x; }
+  static __device__ __forceinline__ uint32_t pre_bytes() { return dynamic_smem_bytes(); }
+  static __device__ __forceinline__ void wait() { FG_PDL_WAIT(); }
+};
+
 // x fragments of one batch (the k32 blocks of load_w) for the warp's row g.
 template <bool VEC, bool XS, int U>
 __device__ __forceinline__ void load_x(uint4 (&b)[U], const bf16* xr, bool x_ok, uint32_t K, uint32_t kblocks,
@@ -161,7 +174,8 @@ __device__ __forceinline__ void mma_batch(float (&acc)[4], const uint4 (&a0)[U],
 // REGPRE (the *_rp entries): the first batch of the CTA's first tile is loaded into registers
 // before the PDL wait instead of into shared memory, so the first mmas after the wait read W
 // without a shared-memory round trip; the preload area (if any) holds the batches after it.
-template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL, bool REGPRE = false>
+template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL, bool REGPRE = false,
+          class Grid = HwGrid>
 __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32; [rows, N/2] (OUT_SILU)
                                           const bf16* __restrict__ x,     // [rows, K] bf16 (global or smem)
                                           const bf16* __restrict__ W,     // [N, K] bf16
@@ -196,18 +210,18 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   // %dynamic_smem_size, so any depth is correct.
   // NOTE: `first` is CTA-uniform (the k-split reduce below has barriers); a warp whose k slice
   // ends before the preloaded batches do copies zeros for the rest.
-  const bool first = rows > 0 && blockIdx.x < groups;
+  const bool first = rows > 0 && Grid::bid() < groups;
   const uint32_t xs_bytes = XS ? rows * xs_stride(K) * 2u : 0u;
   uint32_t depth = 0;  // preloaded batches per warp
   if (VEC && first) {
-    const uint32_t dyn = dynamic_smem_bytes();
+    const uint32_t dyn = Grid::pre_bytes();
     depth = dyn > xs_bytes ? (dyn - xs_bytes) / (warps * BATCH_BYTES) : 0u;
   }
   const bool pre = depth > 0;
   constexpr uint32_t R = REGPRE && VEC ? 1u : 0u;  // batches held in registers, ahead of the area's
   uint4* pre_w = reinterpret_cast<uint4*>(gemv_dyn + xs_bytes) + warp * depth * (2 * U * 32) + lane;  // [depth][U][2][32]
   if (pre) {
-    const WRows wr = w_rows_for<MODE>(W, N, K, (blockIdx.x * tiles_per_block + slot) * GEMV_TILE_N, g);
+    const WRows wr = w_rows_for<MODE>(W, N, K, (Grid::bid() * tiles_per_block + slot) * GEMV_TILE_N, g);
 #pragma unroll 1
     for (uint32_t d = 0; d < depth; ++d) {
 #pragma unroll
@@ -222,12 +236,12 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   uint4 ra0[U], ra1[U];  // REGPRE: the first batch of the first tile (rows g and g+8)
   if constexpr (REGPRE && VEC) {
     if (first)
-      load_w<VEC>(ra0, ra1, w_rows_for<MODE>(W, N, K, (blockIdx.x * tiles_per_block + slot) * GEMV_TILE_N, g), K, S,
+      load_w<VEC>(ra0, ra1, w_rows_for<MODE>(W, N, K, (Grid::bid() * tiles_per_block + slot) * GEMV_TILE_N, g), K, S,
                   ks, t);
   }
   const bool reg_first = REGPRE && VEC && first;  // CTA-uniform, as `first`
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
-  FG_PDL_WAIT();
+  Grid::wait();
   prologue();
   FG_TRACE_MARK(0);  // x ready (the fused entries: normed / activated into shared memory)
 
@@ -313,10 +327,10 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     }
   };
 
-  // (r0 = 0, grp = blockIdx.x) first, with the preloaded batches; then the rest in the usual order.
-  if (pre || reg_first) tile(0, blockIdx.x, true);
+  // (r0 = 0, grp = the CTA's block) first, with the preloaded batches; then the rest in the usual order.
+  if (pre || reg_first) tile(0, Grid::bid(), true);
   for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS)  // one pass for rows <= 8
-    for (uint32_t grp = blockIdx.x + (r0 == 0 && (pre || reg_first) ? gridDim.x : 0u); grp < groups; grp += gridDim.x)
+    for (uint32_t grp = Grid::bid() + (r0 == 0 && (pre || reg_first) ? Grid::nblk() : 0u); grp < groups; grp += Grid::nblk())
       tile(r0, grp, false);
   FG_TRACE_MARK(3);  // every tile of the CTA stored (thread 0's view)
 }
@@ -608,4 +622,136 @@ gemv_rmsnorm_argmax(float* __restrict__ logits,           // [rows, N] f32, writ
   auto pro = [&]() { rmsnorm_prologue(gemv_xs, hidden_in, delta, hidden_out, norm_w, rows, K, eps, sh.norm); };
   gemv_body<true, OUT_F32, true>(logits, gemv_xs, W, bias, rows, N, K, 0u, sh.red, pro, epi);  // default split
   argmax_finish(epi, tokens, ring, step, ring_len, part, counter, rows);
+}
+
+// ---- GEMV chains ----------------------------------------------------------------------------
+// Consecutive one-row decode GEMVs (0.6B: o_proj, norm + gate_up + SiLU, down_proj and the next
+// layer's norm + qkv) in one persistent grid instead of one launch each: every CTA runs op p's
+// share of column groups, then arrives at counter p (one release increment by thread 0 after a
+// CTA barrier); op p + 1 first copies its own W batches into the preload area, then waits for
+// counter p to reach gridDim.x (an acquire spin by thread 0, then a CTA barrier) before its
+// prologue reads what op p wrote. The handoff is a counter in L2 instead of a grid's completion
+// and the next grid's launch, and the preload of op p + 1 overlaps op p's slowest CTAs exactly
+// as under PDL. Op 0 takes the PDL wait on the grid before the chain.
+// Each op computes what its own entry would with the same split and grid (so the same bits):
+// `grid` is the op's standalone CTA count, whose blocks CTAs 0 .. grid-1 of the chain take (a
+// chain's gridDim.x is at least every op's grid: the launcher chains only such ops, and sizes
+// the chain so that all of its CTAs are resident at once, which the counters need); `pre` the
+// bytes of shared memory for x and the W preload (its entry's dynamic shared memory, capped at
+// the chain's). Counters: [GEMV_CHAIN_MAX] u32, zero at rest; the CTA arriving last at the last
+// op's counter zeroes the others and atomicInc wraps its own, so every complete launch leaves
+// them zero again.
+#define GEMV_CHAIN_MAX 4
+#define GEMV_CHAIN_SPIN_LIMIT (1u << 24)  // ~10 s of polling: a CTA that never arrives traps instead of hanging
+enum ChainMode { CHAIN_NONE = 0, CHAIN_PLAIN = 1, CHAIN_RMSNORM = 2, CHAIN_RMSNORM_SILU = 3 };
+
+__device__ __forceinline__ void chain_wait(const unsigned* ctr, unsigned target) {
+  // Relaxed polls, then one acquire load (LDG.STRONG.GPU + CCTL.IVALL: the SM's L1 drops what
+  // earlier ops cached, e.g. the delta an earlier prologue read). No fence: a MEMBAR here would
+  // also wait for thread 0's cp.async preload of this op.
+  if (threadIdx.x == 0) {
+    unsigned v;
+    for (uint32_t spins = 0;; ++spins) {
+      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+      if (v >= target) break;
+      if (spins == GEMV_CHAIN_SPIN_LIMIT) __trap();  // not co-resident, or an op faulted
+      __nanosleep(20);
+    }
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+  }
+  __syncthreads();
+}
+
+// The running op's block range, preload bytes and wait, for gemv_body's Grid policy: written by
+// thread 0 between two barriers before each op.
+struct ChainState {
+  uint32_t p, n, pre, target;  // p: the op (kept here, not in a register across the op's body)
+  const unsigned* ctr;  // the previous op's counter; NULL for op 0 (the PDL wait)
+};
+__device__ __forceinline__ ChainState& chain_state() {
+  __shared__ ChainState s;
+  return s;
+}
+struct ChainGrid {
+  static __device__ __forceinline__ uint32_t bid() { return blockIdx.x; }
+  static __device__ __forceinline__ uint32_t nblk() { return chain_state().n; }
+  static __device__ __forceinline__ uint32_t pre_bytes() { return chain_state().pre; }
+  static __device__ __forceinline__ void wait() {
+    const ChainState& st = chain_state();
+    if (st.ctr == nullptr) FG_PDL_WAIT();
+    else chain_wait(st.ctr, st.target);
+  }
+};
+
+// One op of a chain. The plain body is a called function: inlined beside the rmsnorm bodies
+// it spills (ptxas allocates them as one, at 128 registers); called, nothing does.
+__device__ __noinline__ void chain_plain(void* out, const bf16* x, const bf16* W, const bf16* bias, uint32_t N,
+                                         uint32_t K, uint32_t split, float4 (*red)[32]) {
+  NoEpilogue epi;
+  gemv_body<true, OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, false, ChainGrid>(
+      out, x, W, bias, 1u, N, K, split, red, NoPrologue{}, epi);
+}
+
+template <int MODE>
+__device__ __forceinline__ void chain_rmsnorm(void* out, const float* hin, const bf16* delta, float* hout,
+                                           const bf16* norm_w, const bf16* W, const bf16* bias, uint32_t N,
+                                           uint32_t K, uint32_t split, float eps, GemvShared& sh) {
+  auto pro = [&]() { rmsnorm_prologue<true>(gemv_xs, hin, delta, hout, norm_w, 1u, K, eps, sh.norm); };
+  NoEpilogue epi;
+  gemv_body<true, MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, false, ChainGrid>(out, gemv_xs, W, bias, 1u,
+                                                                                       N, K, split, sh.red, pro, epi);
+}
+
+#define CHAIN_OP_PARAMS(i)                                                                         \
+  unsigned int mode##i, void *out##i, const void *in##i, const bf16 *delta##i, float *hout##i,    \
+      const bf16 *norm_w##i, const bf16 *W##i, const bf16 *bias##i, unsigned int N##i,             \
+      unsigned int K##i, unsigned int split##i, unsigned int grid##i, unsigned int pre##i, float eps##i
+#define CHAIN_PICK(f) (p == 0 ? f##0 : p == 1 ? f##1 : p == 2 ? f##2 : f##3)
+
+// counters: [GEMV_CHAIN_MAX] u32, zero at rest. nops: 1..GEMV_CHAIN_MAX. Op i: mode (ChainMode),
+// out, in (x: [K] bf16 for CHAIN_PLAIN; hidden_in: [K] f32 otherwise), delta / hidden_out /
+// norm_w (the rmsnorm modes' as gemv_rmsnorm_bf16_row; NULL otherwise), W, bias, N (2I for
+// CHAIN_RMSNORM_SILU), K, split, grid, pre (above), eps. One row; K % 8 == 0 and 16-byte
+// aligned W and x; the rmsnorm modes need what the _row entries need. 256 or 512 threads.
+extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
+gemv_chain(unsigned int* counters, unsigned int nops, CHAIN_OP_PARAMS(0), CHAIN_OP_PARAMS(1),
+           CHAIN_OP_PARAMS(2), CHAIN_OP_PARAMS(3)) { FG_KERNEL_BEGIN();
+  __shared__ GemvShared sh;
+  if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS || nops < 1 || nops > GEMV_CHAIN_MAX) return;
+#pragma unroll 1
+  for (uint32_t p = 0; p < nops; ++p) {
+    const uint32_t mode = CHAIN_PICK(mode), N = CHAIN_PICK(N), K = CHAIN_PICK(K), split = CHAIN_PICK(split);
+    const uint32_t grid = CHAIN_PICK(grid);
+    const uint32_t n = grid < gridDim.x ? grid : gridDim.x;
+    void* out = CHAIN_PICK(out);
+    const void* in = CHAIN_PICK(in);
+    const bf16 *delta = CHAIN_PICK(delta), *norm_w = CHAIN_PICK(norm_w), *W = CHAIN_PICK(W);
+    const bf16* bias = CHAIN_PICK(bias);
+    float* hout = CHAIN_PICK(hout);
+    const float eps = CHAIN_PICK(eps);
+    if (threadIdx.x == 0) chain_state() = ChainState{p, n, CHAIN_PICK(pre), gridDim.x, p ? counters + p - 1 : nullptr};
+    __syncthreads();
+    if (blockIdx.x >= n) {
+      if (p == 0) FG_PDL_WAIT();  // no share of op 0: still past the PDL wait (completion stays transitive)
+    } else if (mode == CHAIN_PLAIN) {
+      chain_plain(out, static_cast<const bf16*>(in), W, bias, N, K, split, sh.red);
+    } else if (mode == CHAIN_RMSNORM_SILU) {
+      chain_rmsnorm<OUT_SILU>(out, static_cast<const float*>(in), delta, hout, norm_w, W, bias, N, K, split, eps, sh);
+    } else {
+      chain_rmsnorm<OUT_BF16>(out, static_cast<const float*>(in), delta, hout, norm_w, W, bias, N, K, split, eps, sh);
+    }
+    __syncthreads();  // every warp's stores done, and the preload area free for the next op
+    p = chain_state().p;
+    if (threadIdx.x == 0) {
+      if (p + 1 < nops) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + p) : "memory");
+      } else if (nops > 1) {  // the last CTA here is past every wait: zero the earlier counters
+        unsigned old;
+        asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                     : "=r"(old) : "l"(counters + p), "r"(gridDim.x - 1) : "memory");
+        if (old == gridDim.x - 1)
+          for (uint32_t q = 0; q + 1 < nops; ++q) counters[q] = 0u;
+      }
+    }
+  }
 }

@@ -439,3 +439,77 @@ def rmsnorm_rp_long_k_case(rng):
     1 in registers, no preload area, the other seven streamed after the wait; a bias."""
     return rmsnorm_case("gemv_rmsnorm_rp_r1_384x4096_bias", rng, 1, 384, 4096, delta=False, hidden_out=False,
                         bias=True, out_f32=False, split=4, reg_preload=True)
+
+
+# ---- gemv_chain: a decode layer's GEMVs between two attentions in one launch -----------------
+CHAIN_OUT = Check(atol=2e-2, rtol=2e-2)  # outputs two and three GEMVs deep: bf16 steps compound
+
+
+def chain_case(name: str, rng: np.random.Generator, H: int, A: int, I: int, Q: int, *, qkv_bias: bool) -> KernelCase:
+    """o_proj (attn [A] -> delta), norm + gate_up + SiLU (hidden + delta -> act, hidden2), down
+    (act -> delta) and the next layer's norm + qkv (hidden2 + delta -> qkv, hidden3), launched
+    as decode launches them and chained by ``chain_program``: each op reads what the one before
+    it wrote inside the same launch."""
+    from fixedgraph.ops.gemv import CHAIN_COUNTERS, chain_program
+
+    buffers = {
+        "attn": rand_bf16(rng, A),
+        "o_w": rand_bf16(rng, (H, A), scale=A ** -0.5),
+        "hidden": Buffer((rng.standard_normal(H) * 2).astype(np.float32), "f32"),
+        "post_norm": Buffer(bf16.from_f32(1 + 0.2 * rng.standard_normal(H)), "bf16"),
+        "gate_up_w": rand_bf16(rng, (2 * I, H), scale=H ** -0.5),
+        "down_w": rand_bf16(rng, (H, I), scale=I ** -0.5),
+        "in_norm": Buffer(bf16.from_f32(1 + 0.2 * rng.standard_normal(H)), "bf16"),
+        "qkv_w": rand_bf16(rng, (Q, H), scale=H ** -0.5),
+        "counters": Buffer(np.zeros(CHAIN_COUNTERS, dtype=np.uint32), "u32"),
+        "delta": poison(H, "bf16"), "act": poison(I, "bf16"), "hidden2": poison(H, "f32"),
+        "hidden3": poison(H, "f32"), "qkv": poison(Q, "bf16"),
+    }
+    if qkv_bias:
+        buffers["qkv_b"] = rand_bf16(rng, Q)
+    layer = Program(name)
+    gemv(layer, Ref("delta"), Ref("attn"), Ref("o_w"), None, 1, H, A, label="o_proj")
+    gemv_rmsnorm_silu(layer, Ref("act"), Ref("hidden"), Ref("delta"), Ref("hidden2"), Ref("post_norm"),
+                      Ref("gate_up_w"), None, 1, I, H, EPS, label="norm+gate_up+silu")
+    gemv(layer, Ref("delta"), Ref("act"), Ref("down_w"), None, 1, H, I, label="down_proj")
+    gemv_rmsnorm(layer, Ref("qkv"), Ref("hidden2"), Ref("delta"), Ref("hidden3"), Ref("in_norm"), Ref("qkv_w"),
+                 Ref("qkv_b") if qkv_bias else None, 1, Q, H, EPS, label="norm+qkv")
+    prog = chain_program(layer, Ref("counters"))
+    assert "gemv_chain" in [op.entry for op in prog.launches], "the case's launches must chain"
+
+    def norm(h, w):
+        inv_rms = 1.0 / np.sqrt(np.mean(h * h) + EPS)
+        return _rb(w.astype(np.float64) * _rb(h * inv_rms))
+
+    def reference(v):
+        delta1 = _rb(v["attn"].astype(np.float64) @ v["o_w"].astype(np.float64).T)
+        h1 = (v["hidden"].astype(np.float64) + delta1).astype(np.float32).astype(np.float64)
+        gu = _rb(norm(h1, v["post_norm"]) @ v["gate_up_w"].astype(np.float64).T)
+        gate, up = gu[:I], gu[I:]
+        act = _rb(_rb(gate / (1.0 + np.exp(-gate))) * up)
+        delta2 = _rb(act @ v["down_w"].astype(np.float64).T)
+        h2 = (h1 + delta2).astype(np.float32).astype(np.float64)
+        qkv = norm(h2, v["in_norm"]) @ v["qkv_w"].astype(np.float64).T
+        if qkv_bias:
+            qkv = qkv + v["qkv_b"].astype(np.float64)
+        return {"delta": delta2, "act": act, "hidden2": h1, "hidden3": h2, "qkv": _rb(qkv),
+                "counters": np.zeros(CHAIN_COUNTERS)}
+
+    checks = {"delta": CHAIN_OUT, "act": CHAIN_OUT, "hidden2": Check(atol=1e-6, rtol=1e-6),
+              "hidden3": CHAIN_OUT, "qkv": CHAIN_OUT, "counters": Check()}
+    return KernelCase(name, prog, buffers, checks, reference=reference,
+                      notes=f"H={H} attn={A} I={I} qkv={Q} qkv_bias={qkv_bias}")
+
+
+@kernel_case("gemv_chain_qwen3_0.6b")
+def chain_qwen3_case(rng):
+    """Qwen3-0.6B's shapes: the 64 / 192 / 64 / 128-CTA launches of its decode chain."""
+    return chain_case("gemv_chain_qwen3_0.6b", rng, 1024, 2048, 3072, 4096, qkv_bias=False)
+
+
+@kernel_case("gemv_chain_qwen2.5_0.5b_bias")
+def chain_qwen25_case(rng):
+    """Qwen2.5-0.5B's shapes (hidden 896, 14 x 64 query and 2 x 64 kv heads, a qkv bias): its
+    gate_up takes 304 CTAs, more than a chain holds, so o_proj and gate_up stay launches of their
+    own and down + qkv chain."""
+    return chain_case("gemv_chain_qwen2.5_0.5b_bias", rng, 896, 896, 4864, 1152, qkv_bias=True)

@@ -389,3 +389,61 @@ def test_reg_preload_knob(monkeypatch):
         assert rp.entry == entry and plain.entry == entry[:-3]
         assert (rp.grid, rp.block, rp.args) == (plain.grid, plain.block, plain.args)
         assert rp.shared == plain.shared - preload_shared(2 * N if fn is gemv_rmsnorm_silu else N, 1024)
+
+
+def test_chain_program_groups_consecutive_one_row_gemvs(monkeypatch):
+    """chain_program: runs of 2+ chainable launches become gemv_chain launches of <= 4 ops (grid
+    = the largest op's, shared memory the largest op's up to the cap, each op's own split, grid
+    and shared memory in its slot); anything else, a lone GEMV, 8-row launches and grids over
+    two CTAs per SM stay as they were."""
+    from fixedgraph.ops.gemv import (CHAIN_MAX, CHAIN_SHARED_CAP, NUM_SMS, chain_enabled, chain_program, chainable)
+
+    p = Program("t")
+    args = (Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None)
+    gemv_rmsnorm(p, Ref("qkv"), *args, 1, 4096, 1024, 1e-6)  # alone: stays
+    p.launch("paged_attention", (8, 1, 1), (128, 1, 1), ())
+    ops = [gemv(p, Ref("d"), Ref("a"), Ref("ow"), None, 1, 1024, 2048),
+           gemv_rmsnorm_silu(p, Ref("act"), *args, 1, 3072, 1024, 1e-6),
+           gemv(p, Ref("d"), Ref("act"), Ref("dw"), None, 1, 1024, 3072),
+           gemv_rmsnorm(p, Ref("qkv"), *args, 1, 4096, 1024, 1e-6),
+           gemv(p, Ref("d"), Ref("a"), Ref("ow"), None, 1, 1024, 2048)]  # a run of 5: 4 + a lone one
+    gemv(p, Ref("o"), Ref("x"), Ref("w"), None, 8, 1024, 2048)  # 8 rows: not chainable
+    gemv_rmsnorm_silu(p, Ref("act"), *args, 1, 12288, 4096, 1e-6)  # 8B gate_up: 384 CTAs
+    src = [p.ops[i] for i in ops]
+    assert [chainable(op) for op in p.launches] == [True, False, True, True, True, True, True, False, False]
+    out = chain_program(p, Ref("ctr"))
+    assert [op.entry for op in out.launches] == ["gemv_rmsnorm_bf16_row", "paged_attention", "gemv_chain",
+                                                 "gemv_bf16_vec", "gemv_bf16_vec", "gemv_rmsnorm_silu_bf16_row"]
+    chain = out.launches[2]
+    assert chain.args[:2] == (Ref("ctr"), 4) and len(chain.args) == 2 + 14 * CHAIN_MAX
+    assert chain.grid == (max(op.grid[0] for op in src[:4]), 1, 1) and chain.block == (256, 1, 1)
+    assert chain.shared == min(max(op.shared for op in src[:4]), CHAIN_SHARED_CAP)
+    assert 2 * (CHAIN_SHARED_CAP + STATIC_SMEM + 1024) <= 228 * 1024  # two chain CTAs per SM
+    for i, (op, mode) in enumerate(zip(src[:4], (1, 3, 1, 2))):
+        slot = chain.args[2 + 14 * i: 2 + 14 * (i + 1)]
+        assert slot[0] == mode and slot[-3:-1] == (op.grid[0], min(op.shared, CHAIN_SHARED_CAP))
+        assert slot[-4] == (op.args[7] if mode == 1 else op.args[10])  # the op's own split
+    assert out.launches[3] is src[4]
+    assert all(g.grid[0] <= 2 * NUM_SMS for g in out.launches if g.entry == "gemv_chain")
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN", "yes")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_CHAIN='yes'"):
+        chain_enabled()
+    assert chain_enabled(True) and not chain_enabled(False)
+
+
+def test_chain_twin_rejects_bad_launches():
+    from fixedgraph.ops.gemv import chain_program, gemv_chain
+    from fixedgraph.program import Launch
+
+    mem = RefMemory()
+    with pytest.raises(ValueError, match="nops=0"):
+        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), 0, 0, *([0] * 56))
+    ctr = mem.alloc(16)
+    mem.view(ctr, np.uint32, 4)[:] = (3, 0, 0, 0)
+    with pytest.raises(ValueError, match="not zero at launch"):
+        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), ctr, 1, *([0] * 56))
+    with pytest.raises(ValueError, match="cannot run gemv_bf16 "):
+        gemv_chain(Program("t"), Ref("c"), [Launch("gemv_bf16", (8, 1, 1), (256, 1, 1), ())])
+    p = Program("t")
+    gemv(p, Ref("d"), Ref("a"), Ref("ow"), None, 1, 1024, 2048)
+    assert chain_program(p, Ref("c")).launches == p.launches  # a lone GEMV is not chained

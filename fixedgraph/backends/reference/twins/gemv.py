@@ -196,3 +196,41 @@ def gemv_rmsnorm_silu_bf16_row_rp(mem, grid, block, out, hidden_in, delta, hidde
     """gemv_rmsnorm_silu_bf16_row with its first W batch in registers across the wait."""
     gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
                                split, eps)
+
+
+CHAIN_MAX = 4  # gemv_chain's op slots (GEMV_CHAIN_MAX)
+_CHAIN_OP_FIELDS = ("mode", "out", "in", "delta", "hout", "norm_w", "W", "bias", "N", "K", "split", "grid", "pre", "eps")
+_CHAIN_OP_ARGS = len(_CHAIN_OP_FIELDS)
+
+
+@twin("gemv_chain")
+def gemv_chain(mem, grid, block, counters, nops, *ops):
+    """Ops 0..nops-1 in order, each as its own entry (gemv_bf16_vec, gemv_rmsnorm_bf16_row,
+    gemv_rmsnorm_silu_bf16_row by mode) would run them: the same results. The counters stay
+    zero (every complete launch leaves them so)."""
+    if len(ops) != CHAIN_MAX * _CHAIN_OP_ARGS:
+        raise ValueError(f"gemv_chain takes {CHAIN_MAX} op slots of {_CHAIN_OP_ARGS} arguments")
+    if not 1 <= nops <= CHAIN_MAX:
+        raise ValueError(f"gemv_chain: nops={nops} is outside 1..{CHAIN_MAX}; build chains with fixedgraph.ops.gemv")
+    if tuple(block) != (256, 1, 1):
+        raise ValueError(f"gemv_chain runs 256-thread CTAs, got block {tuple(block)}")
+    ctr = mem.view(counters, np.uint32, CHAIN_MAX)
+    if ctr.any():
+        raise ValueError(f"gemv_chain: counters {ctr.tolist()} are not zero at launch (a launch did not complete)")
+    for i in range(nops):
+        mode, out, x, delta, hout, norm_w, w, bias, N, K, split, g, pre, eps = ops[i * _CHAIN_OP_ARGS:
+                                                                                (i + 1) * _CHAIN_OP_ARGS]
+        if g > grid[0]:
+            raise ValueError(f"gemv_chain op {i}: its grid of {g} CTAs exceeds the chain's {grid[0]}")
+        sub = (g, 1, 1)
+        if mode == 1:
+            gemv_bf16_vec(mem, sub, block, out, x, w, bias, 1, N, K, split)
+        elif mode == 2:
+            gemv_rmsnorm_bf16_row(mem, sub, block, out, x, delta, hout, norm_w, w, bias, 1, N, K, split, eps)
+        elif mode == 3:
+            gemv_rmsnorm_silu_bf16_row(mem, sub, block, out, x, delta, hout, norm_w, w, bias, 1, N, K, split, eps)
+        else:
+            raise ValueError(f"gemv_chain op {i}: mode {mode} is not 1 (plain), 2 (rmsnorm) or 3 (rmsnorm + silu)")
+
+
+gemv_chain.param_names = ["counters", "nops"] + [f + str(i) for i in range(CHAIN_MAX) for f in _CHAIN_OP_FIELDS]
