@@ -424,7 +424,8 @@ def gemv_rmsnorm_argmax(prog: Program, logits: Arg, tokens: Arg, ring: Arg | Non
 CHAIN_MAX = 4  # GEMV_CHAIN_MAX: ops per gemv_chain launch
 CHAIN_COUNTERS = CHAIN_MAX  # u32 counters a chain uses (zero at rest)
 CHAIN_CTAS_PER_SM = 2  # 128 registers x 256 threads: two CTAs fill an SM's 65536 registers
-CHAIN_SHARED_CAP = (SMEM_PER_SM // CHAIN_CTAS_PER_SM - 1024 - STATIC_SMEM) // 16 * 16
+CHAIN_STATIC_SMEM = 8800  # gemv_chain's static shared memory (ptxas -v): the GEMV's and the chain state
+CHAIN_SHARED_CAP = (SMEM_PER_SM // CHAIN_CTAS_PER_SM - 1024 - CHAIN_STATIC_SMEM) // 16 * 16
 CHAIN_DEFAULT = 0  # FIXEDGRAPH_GEMV_CHAIN's default: off until measured on the H200
 _CHAIN_MODES = {"gemv_bf16_vec": 1, "gemv_rmsnorm_bf16_row": 2, "gemv_rmsnorm_silu_bf16_row": 3}
 
@@ -486,7 +487,7 @@ def gemv_chain(prog: Program, counters: Arg, ops: list, label: str = "") -> int:
     grid = max(op.grid[0] for op in ops)
     shared = min(max(op.shared for op in ops), CHAIN_SHARED_CAP)
     return prog.launch("gemv_chain", (grid, 1, 1), (256, 1, 1), tuple(args), shared=shared,
-                       label=label or " + ".join(op.label for op in ops))
+                       label=label or " + ".join(op.label for op in ops), resident=True)
 
 
 def chain_program(prog: Program, counters: Arg) -> Program:

@@ -495,7 +495,7 @@ def chain_case(name: str, rng: np.random.Generator, H: int, A: int, I: int, Q: i
         return {"delta": delta2, "act": act, "hidden2": h1, "hidden3": h2, "qkv": _rb(qkv),
                 "counters": np.zeros(CHAIN_COUNTERS)}
 
-    checks = {"delta": CHAIN_OUT, "act": CHAIN_OUT, "hidden2": Check(atol=1e-6, rtol=1e-6),
+    checks = {"delta": CHAIN_OUT, "act": CHAIN_OUT, "hidden2": CHAIN_OUT,  # hidden + a bf16 GEMV output
               "hidden3": CHAIN_OUT, "qkv": CHAIN_OUT, "counters": Check()}
     return KernelCase(name, prog, buffers, checks, reference=reference,
                       notes=f"H={H} attn={A} I={I} qkv={Q} qkv_bias={qkv_bias}")

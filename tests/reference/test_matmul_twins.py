@@ -396,7 +396,7 @@ def test_chain_program_groups_consecutive_one_row_gemvs(monkeypatch):
     = the largest op's, shared memory the largest op's up to the cap, each op's own split, grid
     and shared memory in its slot); anything else, a lone GEMV, 8-row launches and grids over
     two CTAs per SM stay as they were."""
-    from fixedgraph.ops.gemv import (CHAIN_MAX, CHAIN_SHARED_CAP, NUM_SMS, chain_enabled, chain_program, chainable)
+    from fixedgraph.ops.gemv import (CHAIN_MAX, CHAIN_SHARED_CAP, CHAIN_STATIC_SMEM, NUM_SMS, chain_enabled, chain_program, chainable)
 
     p = Program("t")
     args = (Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None)
@@ -418,7 +418,8 @@ def test_chain_program_groups_consecutive_one_row_gemvs(monkeypatch):
     assert chain.args[:2] == (Ref("ctr"), 4) and len(chain.args) == 2 + 14 * CHAIN_MAX
     assert chain.grid == (max(op.grid[0] for op in src[:4]), 1, 1) and chain.block == (256, 1, 1)
     assert chain.shared == min(max(op.shared for op in src[:4]), CHAIN_SHARED_CAP)
-    assert 2 * (CHAIN_SHARED_CAP + STATIC_SMEM + 1024) <= 228 * 1024  # two chain CTAs per SM
+    assert 2 * (CHAIN_SHARED_CAP + CHAIN_STATIC_SMEM + 1024) <= 228 * 1024  # two chain CTAs per SM
+    assert chain.resident and not src[0].resident  # the CUDA backend checks that the grid fits at once
     for i, (op, mode) in enumerate(zip(src[:4], (1, 3, 1, 2))):
         slot = chain.args[2 + 14 * i: 2 + 14 * (i + 1)]
         assert slot[0] == mode and slot[-3:-1] == (op.grid[0], min(op.shared, CHAIN_SHARED_CAP))
