@@ -134,13 +134,12 @@ def preload_shared(N: int, K: int, fused: bool = True, depth: int = 1, warps: in
 
 
 def launch_shared(rows: int, N: int, K: int, fused: bool, preload: bool | int = True, warps: int | None = None,
-                  split: int | None = None, in_registers: int = 0) -> int:
+                  split: int | None = None) -> int:
     """Dynamic shared memory of a launch: x rows (fused) plus the preload area. ``preload``: True
-    for ``preload_depth``'s batches less the ``in_registers`` ones the entry holds in registers
-    (the ``_rp`` forms: 1), False for none, an int for that many (tests)."""
+    for ``preload_depth``'s batches, False for none, an int for that many (tests)."""
     x = fused_shared(rows, K) if fused else 0
     if preload is True:
-        depth = max(0, preload_depth(rows, N, K, fused, warps, split) - in_registers)
+        depth = preload_depth(rows, N, K, fused, warps, split)
     else:
         depth = int(preload)
     return x + preload_shared(N, K, fused, depth, warps)
@@ -185,17 +184,6 @@ def narrow_enabled() -> bool:
     threads (small N, long K: 0.6B o_proj / down_proj) take 256, half an SM's registers, with a
     deeper preload, leaving room for the next launch's CTAs."""
     return os.environ.get("FIXEDGRAPH_GEMV_NARROW", str(NARROW_DEFAULT)) != "0"
-
-
-def reg_preload_enabled(reg_preload: bool | None = None) -> bool:
-    """Whether lean launches take their ``_rp`` forms (``gemv_bf16_vec_rp``,
-    ``gemv_rmsnorm*_row_rp``: the first W batch held in registers across the PDL wait, the
-    preload area holding the batches after it; the same results, grid and arguments):
-    ``reg_preload`` if given, else FIXEDGRAPH_GEMV_REG_PRELOAD (default off: an A/B candidate,
-    not yet measured)."""
-    if reg_preload is not None:
-        return bool(reg_preload)
-    return os.environ.get("FIXEDGRAPH_GEMV_REG_PRELOAD", "0") != "0"
 
 
 def plain_warps(N: int, K: int, narrow: bool | None = None) -> int:
@@ -266,7 +254,7 @@ def row_path(rows: int, N: int, K: int, hidden_in: Arg, delta: Arg | None, hidde
 
 def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,
          out_f32: bool = False, label: str = "", preload: bool | int = True, split: int | None = None,
-         lean: bool | None = None, narrow: bool | None = None, reg_preload: bool | None = None) -> int:
+         lean: bool | None = None, narrow: bool | None = None) -> int:
     """out[r, n] = sum_k x[r, k] * w[n, k] (+ bias[n]), fp32 accumulation, rounded once.
 
     out: [rows, N] bf16, or f32 when ``out_f32`` (logits); written.
@@ -278,7 +266,6 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
       batches per warp (both only to test those paths).
     split: warps per 16-column tile (a power of two <= the block's warps); None: gemv_split.
     narrow: 256-thread CTAs where gemv_warps picks 512 (``plain_warps``); None: narrow_enabled().
-    reg_preload: take ``gemv_bf16_vec_rp`` for a lean launch (``reg_preload_enabled``).
     lean: take ``gemv_bf16_vec`` (the same results, a third of the code) where it applies; None:
       ``lean_enabled()``.
     Returns the op index.
@@ -287,11 +274,9 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     entry = "gemv_bf16_f32out" if out_f32 else "gemv_bf16"
     if entry == "gemv_bf16" and lean_enabled(lean) and vec_path(K, x, w):
         entry = "gemv_bf16_vec"
-        if reg_preload_enabled(reg_preload):
-            entry = "gemv_bf16_vec_rp"
     warps = plain_warps(N, K, narrow)
     S = _split_arg(N, K, split, warps)
-    shared = launch_shared(rows, N, K, False, preload, warps, S, in_registers=int(entry.endswith("_rp")))
+    shared = launch_shared(rows, N, K, False, preload, warps, S)
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         raise ValueError(f"gemv: a W preload of {shared} bytes does not fit a CTA's {SMEM_PER_BLOCK - STATIC_SMEM}; "
                          "give fewer batches (preload=True picks what fits)")
@@ -304,7 +289,7 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
     """Launch a fused entry with arguments (*head, rows, N, K[, split][, eps]); the split is
     ``fused_split``'s unless the entry takes none (gemv_split's then)."""
     S = _split_arg(N, K, fused_split(N, K, rows, split) if takes_split else None)
-    shared = launch_shared(rows, N, K, True, preload, split=S, in_registers=int(entry.endswith("_rp")))
+    shared = launch_shared(rows, N, K, True, preload, split=S)
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         if preload is True:  # preload_depth fell back to none: x alone is too big
             raise ValueError(f"{entry}: x of {rows} rows x K={K} needs {shared} bytes of shared memory, more than "
@@ -319,7 +304,7 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                  norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
                  out_f32: bool = False, label: str = "", split: int | None = None, lean: bool | None = None,
-                 preload: bool | int = True, reg_preload: bool | None = None) -> int:
+                 preload: bool | int = True) -> int:
     """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
 
     h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
@@ -332,7 +317,6 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     hidden_out): ping-pong two residual buffers.
     norm_w: [K] bf16. w: [N, K] bf16. bias: [N] bf16 or None. rows: 1..8. eps: variance epsilon.
     split: the k split, None: ``fused_split``'s. preload: as ``gemv``'s (tests).
-    reg_preload: the lean entry's ``_rp`` form (``reg_preload_enabled``).
     Returns the op index.
     """
     rows, N, K = _check("gemv_rmsnorm", rows, N, K)
@@ -341,8 +325,6 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     entry = "gemv_rmsnorm_bf16_f32out" if out_f32 else "gemv_rmsnorm_bf16"
     if not out_f32 and lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_bf16_row"  # the same results, a third of the code (lean_enabled)
-        if reg_preload_enabled(reg_preload):
-            entry += "_rp"
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 
@@ -350,7 +332,7 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
 def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                       norm_w: Arg, w: Arg, bias: Arg | None, rows: int, I: int, K: int, eps: float,
                       label: str = "", split: int | None = None, lean: bool | None = None,
-                      preload: bool | int = True, reg_preload: bool | None = None) -> int:
+                      preload: bool | int = True) -> int:
     """The MLP's activation straight from the residual stream, replacing add_rmsnorm + gate_up
     GEMV + silu_mul: gate_up = rmsnorm(hidden_in + delta) @ w.T (+ bias) (gemv_rmsnorm's
     rounding), out[r, j] = bf16(bf16(silu(gate_up[r, j])) * gate_up[r, I + j]) (silu_mul's).
@@ -367,8 +349,6 @@ def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None
     entry = "gemv_rmsnorm_silu_bf16"
     if lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_silu_bf16_row"  # the same results, a third of the code (lean_enabled)
-        if reg_preload_enabled(reg_preload):
-            entry += "_rp"
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 
 

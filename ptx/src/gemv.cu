@@ -171,11 +171,8 @@ __device__ __forceinline__ void mma_batch(float (&acc)[4], const uint4 (&a0)[U],
 
 // XS: x is read from shared memory (row stride xs_stride(K), zero past K) instead of global.
 // Epilogue: value(j, r, n, v) sees every output v = out[r, n] this thread stores (r = r0 + 2t + j).
-// REGPRE (the *_rp entries): the first batch of the CTA's first tile is loaded into registers
-// before the PDL wait instead of into shared memory, so the first mmas after the wait read W
-// without a shared-memory round trip; the preload area (if any) holds the batches after it.
-template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL, bool REGPRE = false,
-          class Grid = HwGrid>
+// Grid: the block range, preload bytes and wait (HwGrid: the launch's own; ChainGrid: gemv_chain's).
+template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL, class Grid = HwGrid>
 __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32; [rows, N/2] (OUT_SILU)
                                           const bf16* __restrict__ x,     // [rows, K] bf16 (global or smem)
                                           const bf16* __restrict__ W,     // [N, K] bf16
@@ -218,7 +215,6 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     depth = dyn > xs_bytes ? (dyn - xs_bytes) / (warps * BATCH_BYTES) : 0u;
   }
   const bool pre = depth > 0;
-  constexpr uint32_t R = REGPRE && VEC ? 1u : 0u;  // batches held in registers, ahead of the area's
   uint4* pre_w = reinterpret_cast<uint4*>(gemv_dyn + xs_bytes) + warp * depth * (2 * U * 32) + lane;  // [depth][U][2][32]
   if (pre) {
     const WRows wr = w_rows_for<MODE>(W, N, K, (Grid::bid() * tiles_per_block + slot) * GEMV_TILE_N, g);
@@ -226,20 +222,13 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     for (uint32_t d = 0; d < depth; ++d) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const uint32_t k = (ks + ((d + R) * U + u) * S) * 32 + t * 8;
+        const uint32_t k = (ks + (d * U + u) * S) * 32 + t * 8;
         cp_async_16(smem_u32(pre_w + (2 * (d * U + u)) * 32), wr.w0 + k, wr.ok0 && k < K ? 16u : 0u);
         cp_async_16(smem_u32(pre_w + (2 * (d * U + u) + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
       }
     }
     cp_async_commit();
   }
-  uint4 ra0[U], ra1[U];  // REGPRE: the first batch of the first tile (rows g and g+8)
-  if constexpr (REGPRE && VEC) {
-    if (first)
-      load_w<VEC>(ra0, ra1, w_rows_for<MODE>(W, N, K, (Grid::bid() * tiles_per_block + slot) * GEMV_TILE_N, g), K, S,
-                  ks, t);
-  }
-  const bool reg_first = REGPRE && VEC && first;  // CTA-uniform, as `first`
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
   Grid::wait();
   prologue();
@@ -253,13 +242,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     const WRows wr = w_rows_for<MODE>(W, N, K, n0, g);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
     uint32_t kb = ks;
-    if (reg_first && with_pre) {  // REGPRE: the batch loaded before the wait
-      uint4 b[U];
-      load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
-      mma_batch(acc, ra0, ra1, b);
-      kb += S * U;
-    }
-    if (with_pre && (R == 0 || pre)) {  // this warp's own cp.async writes: no barrier needed
+    if (with_pre) {  // this warp's own cp.async writes: no barrier needed
       cp_async_wait<0>();
 #pragma unroll 1
       for (uint32_t d = 0; d < depth; ++d, kb += S * U) {
@@ -328,9 +311,9 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   };
 
   // (r0 = 0, grp = the CTA's block) first, with the preloaded batches; then the rest in the usual order.
-  if (pre || reg_first) tile(0, Grid::bid(), true);
+  if (pre) tile(0, Grid::bid(), true);
   for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS)  // one pass for rows <= 8
-    for (uint32_t grp = Grid::bid() + (r0 == 0 && (pre || reg_first) ? Grid::nblk() : 0u); grp < groups; grp += Grid::nblk())
+    for (uint32_t grp = Grid::bid() + (r0 == 0 && pre ? Grid::nblk() : 0u); grp < groups; grp += Grid::nblk())
       tile(r0, grp, false);
   FG_TRACE_MARK(3);  // every tile of the CTA stored (thread 0's view)
 }
@@ -347,37 +330,36 @@ struct GemvShared {
 // the code a CTA runs after its PDL wait is about a third of the generic entry's (instruction
 // fetch: every layer cycles its kernels' code through each SM); a launch it does not fit traps
 // (the launcher never makes one: fixedgraph/ops/gemv.py's vec_path / row_path).
-template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false,
-          bool REGPRE = false>
+template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                               float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{}) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
-    gemv_body<true, MODE, XS, Prologue, Epilogue, UV, REGPRE>(out, x, W, bias, rows, N, K, split, red, pro, epi);
+    gemv_body<true, MODE, XS, Prologue, Epilogue, UV>(out, x, W, bias, rows, N, K, split, red, pro, epi);
   else if constexpr (LEAN)
     __trap();
   else
     gemv_body<false, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
 }
 
-template <bool F32OUT, bool LEAN = false, bool REGPRE = false>
+template <bool F32OUT, bool LEAN = false>
 __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                            uint32_t rows, uint32_t N, uint32_t K, uint32_t split) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
-  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, LEAN, REGPRE>(
+  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, LEAN>(
       out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
 }
 
-template <int MODE, bool LEAN = false, bool REGPRE = false>
+template <int MODE, bool LEAN = false>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
                                                    uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
   auto pro = [&]() { rmsnorm_prologue<LEAN>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
-  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN, REGPRE>(out, gemv_xs, W, bias, rows, N, K,
-                                                                                  split, sh.red, pro);
+  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN>(out, gemv_xs, W, bias, rows, N, K, split,
+                                                                          sh.red, pro);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
@@ -459,15 +441,6 @@ gemv_bf16_vec(bf16* __restrict__ out, const bf16* __restrict__ x, const bf16* __
   gemv_entry<false, true>(out, x, W, bias, rows, N, K, split);
 }
 
-// gemv_bf16_vec with the first W batch held in registers across the PDL wait instead of shared
-// memory (REGPRE above; FIXEDGRAPH_GEMV_REG_PRELOAD): the same results and bits.
-extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
-gemv_bf16_vec_rp(bf16* __restrict__ out, const bf16* __restrict__ x, const bf16* __restrict__ W,
-                 const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
-                 unsigned int split) { FG_KERNEL_BEGIN();
-  gemv_entry<false, true, true>(out, x, W, bias, rows, N, K, split);
-}
-
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_rmsnorm_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
                       float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
@@ -483,26 +456,6 @@ gemv_rmsnorm_silu_bf16_row(bf16* __restrict__ out, const float* __restrict__ hid
                            unsigned int rows, unsigned int N, unsigned int K, unsigned int split,
                            float eps) { FG_KERNEL_BEGIN();
   gemv_rmsnorm_entry<OUT_SILU, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
-}
-
-// The fused lean entries with their first W batch held in registers across the wait (REGPRE;
-// FIXEDGRAPH_GEMV_REG_PRELOAD): the same results and bits as the _row entries.
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
-gemv_rmsnorm_bf16_row_rp(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
-                         float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
-                         const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
-                         unsigned int split, float eps) { FG_KERNEL_BEGIN();
-  gemv_rmsnorm_entry<OUT_BF16, true, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
-}
-
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
-gemv_rmsnorm_silu_bf16_row_rp(bf16* __restrict__ out, const float* __restrict__ hidden_in,
-                              const bf16* __restrict__ delta, float* __restrict__ hidden_out,
-                              const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
-                              const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
-                              unsigned int split, float eps) { FG_KERNEL_BEGIN();
-  gemv_rmsnorm_entry<OUT_SILU, true, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split,
-                                           eps);
 }
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].
@@ -688,7 +641,7 @@ struct ChainGrid {
 __device__ __noinline__ void chain_plain(void* out, const bf16* x, const bf16* W, const bf16* bias, uint32_t N,
                                          uint32_t K, uint32_t split, float4 (*red)[32]) {
   NoEpilogue epi;
-  gemv_body<true, OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, false, ChainGrid>(
+  gemv_body<true, OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, ChainGrid>(
       out, x, W, bias, 1u, N, K, split, red, NoPrologue{}, epi);
 }
 
@@ -698,7 +651,7 @@ __device__ __forceinline__ void chain_rmsnorm(void* out, const float* hin, const
                                            uint32_t K, uint32_t split, float eps, GemvShared& sh) {
   auto pro = [&]() { rmsnorm_prologue<true>(gemv_xs, hin, delta, hout, norm_w, 1u, K, eps, sh.norm); };
   NoEpilogue epi;
-  gemv_body<true, MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, false, ChainGrid>(out, gemv_xs, W, bias, 1u,
+  gemv_body<true, MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, ChainGrid>(out, gemv_xs, W, bias, 1u,
                                                                                        N, K, split, sh.red, pro, epi);
 }
 

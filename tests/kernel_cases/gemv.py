@@ -387,60 +387,6 @@ def rmsnorm_preload_past_share_case(rng):
                         hidden_out=False, bias=True, out_f32=True, preload=3)
 
 
-# ---- the first W batch in registers across the wait (gemv_bf16_vec_rp) ----------------------
-@kernel_case("gemv_rp_r1_1024x2048")
-def reg_preload_o_proj_case(rng):
-    """0.6B o_proj as the default narrow launch, its whole share (one batch) in registers."""
-    return linear_case("gemv_rp_r1_1024x2048", rng, gemv, 1, 1024, 2048, bias=False, out_f32=False,
-                       reg_preload=True)
-
-
-@kernel_case("gemv_rp_r3_1024x3072_bias")
-def reg_preload_down_case(rng):
-    """0.6B down_proj shape, 3 rows and a bias: batch 1 from registers, batch 2 from the preload
-    area."""
-    return linear_case("gemv_rp_r3_1024x3072_bias", rng, gemv, 3, 1024, 3072, bias=True, out_f32=False,
-                       reg_preload=True, narrow=True)
-
-
-@kernel_case("gemv_rp_r2_600x4096_bias")
-def reg_preload_long_k_case(rng):
-    """8B's K (each warp's slice two batches at split 8, the first from registers) and a tail
-    tile (N % 16 != 0: rows past N load nothing)."""
-    return linear_case("gemv_rp_r2_600x4096_bias", rng, gemv, 2, 600, 4096, bias=True, out_f32=False,
-                       reg_preload=True)
-
-
-@kernel_case("gemv_rp_r1_1024x3072_narrow")
-def reg_preload_down_narrow_case(rng):
-    """0.6B down_proj as the decode chain launches it: batch 1 from registers, batch 2 from the
-    preload area (the whole 12-block share before the wait)."""
-    return linear_case("gemv_rp_r1_1024x3072_narrow", rng, gemv, 1, 1024, 3072, bias=False, out_f32=False,
-                       reg_preload=True, narrow=True)
-
-
-@kernel_case("gemv_rmsnorm_rp_split4_r1_4096x1024_delta_hout")
-def rmsnorm_rp_split4_case(rng):
-    """0.6B qkv at split 4 in the _rp form: batch 1 in registers, batch 2 in the preload area."""
-    return rmsnorm_case("gemv_rmsnorm_rp_split4_r1_4096x1024_delta_hout", rng, 1, 4096, 1024, delta=True,
-                        hidden_out=True, bias=False, out_f32=False, split=4, reg_preload=True)
-
-
-@kernel_case("gemv_rmsnorm_silu_rp_split4_r1_3072x1024_delta_hout")
-def rmsnorm_silu_rp_split4_case(rng):
-    """0.6B gate_up + SiLU at split 4 in the _rp form."""
-    return rmsnorm_case("gemv_rmsnorm_silu_rp_split4_r1_3072x1024_delta_hout", rng, 1, 6144, 1024, delta=True,
-                        hidden_out=True, bias=False, out_f32=False, silu=True, split=4, reg_preload=True)
-
-
-@kernel_case("gemv_rmsnorm_rp_r1_384x4096_bias")
-def rmsnorm_rp_long_k_case(rng):
-    """8B's K at split 4 in the _rp form: an 8-batch share, too long to preload whole, so batch
-    1 in registers, no preload area, the other seven streamed after the wait; a bias."""
-    return rmsnorm_case("gemv_rmsnorm_rp_r1_384x4096_bias", rng, 1, 384, 4096, delta=False, hidden_out=False,
-                        bias=True, out_f32=False, split=4, reg_preload=True)
-
-
 # ---- gemv_chain: a decode layer's GEMVs between two attentions in one launch -----------------
 CHAIN_OUT = Check(atol=2e-2, rtol=2e-2)  # outputs two and three GEMVs deep: bf16 steps compound
 

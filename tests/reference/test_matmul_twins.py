@@ -368,29 +368,6 @@ def test_fused_split_knob_rejects_garbage(monkeypatch):
                      preload=9)
 
 
-def test_reg_preload_knob(monkeypatch):
-    """FIXEDGRAPH_GEMV_REG_PRELOAD=1 (or reg_preload=True): lean plain launches take
-    gemv_bf16_vec_rp with no shared preload area; the same grid, block and arguments."""
-    base = _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 2048)
-    assert base.entry == "gemv_bf16_vec" and base.shared > 0
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_REG_PRELOAD", "1")
-    rp = _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 2048)
-    assert (rp.entry, rp.shared) == ("gemv_bf16_vec_rp", 0)
-    assert (rp.grid, rp.block, rp.args) == (base.grid, base.block, base.args)
-    assert _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 2048, lean=False).entry == "gemv_bf16"
-    assert _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 2048, reg_preload=False).entry == "gemv_bf16_vec"
-    down = _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 3072)  # 2 batches: 1 in registers
-    assert (down.entry, down.shared) == ("gemv_bf16_vec_rp", preload_shared(1024, 3072, False, 1, warps=8))
-    args = (Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None)
-    for fn, N, entry in ((gemv_rmsnorm, 4096, "gemv_rmsnorm_bf16_row_rp"),
-                         (gemv_rmsnorm_silu, 3072, "gemv_rmsnorm_silu_bf16_row_rp")):
-        rp = _launch_of(fn, *args, 1, N, 1024, 1e-6)
-        plain = _launch_of(fn, *args, 1, N, 1024, 1e-6, reg_preload=False)
-        assert rp.entry == entry and plain.entry == entry[:-3]
-        assert (rp.grid, rp.block, rp.args) == (plain.grid, plain.block, plain.args)
-        assert rp.shared == plain.shared - preload_shared(2 * N if fn is gemv_rmsnorm_silu else N, 1024)
-
-
 def test_chain_program_groups_consecutive_one_row_gemvs(monkeypatch):
     """chain_program: runs of 2+ chainable launches become gemv_chain launches of <= 4 ops (grid
     = the largest op's, shared memory the largest op's up to the cap, each op's own split, grid

@@ -159,12 +159,6 @@ def gemv_bf16_vec(mem, grid, block, out, x, w, bias, rows, N, K, split):
     gemv_bf16(mem, grid, block, out, x, w, bias, rows, N, K, split)
 
 
-@twin("gemv_bf16_vec_rp")
-def gemv_bf16_vec_rp(mem, grid, block, out, x, w, bias, rows, N, K, split):
-    """gemv_bf16_vec with its first W batch held in registers across the wait: the same results."""
-    _lean_check("gemv_bf16_vec_rp", K, None, (x, 16), (w, 16))
-    gemv_bf16(mem, grid, block, out, x, w, bias, rows, N, K, split)
-
 
 @twin("gemv_rmsnorm_bf16_row")
 def gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
@@ -183,19 +177,6 @@ def gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_o
                            eps)
 
 
-@twin("gemv_rmsnorm_bf16_row_rp")
-def gemv_rmsnorm_bf16_row_rp(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
-                             eps):
-    """gemv_rmsnorm_bf16_row with its first W batch in registers across the wait: the same results."""
-    gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split, eps)
-
-
-@twin("gemv_rmsnorm_silu_bf16_row_rp")
-def gemv_rmsnorm_silu_bf16_row_rp(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
-                                  split, eps):
-    """gemv_rmsnorm_silu_bf16_row with its first W batch in registers across the wait."""
-    gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
-                               split, eps)
 
 
 CHAIN_MAX = 4  # gemv_chain's op slots (GEMV_CHAIN_MAX)
