@@ -430,18 +430,39 @@ def chainable(op) -> bool:
     return rows == 1 and op.grid[1:] == (1, 1) and op.grid[0] <= CHAIN_CTAS_PER_SM * NUM_SMS
 
 
-def _chain_op_args(op) -> tuple:
-    """One op's 14 gemv_chain arguments from its own launch (same split and grid; shared memory
-    for x and the preload capped at what a chain CTA has)."""
+CHAIN_OP_ARGS = 15  # gemv_chain arguments per op
+
+
+def _chain_op_args(op, first: int) -> tuple:
+    """One op's gemv_chain arguments from its own launch (same split and grid, its blocks taken by
+    CTAs ``first``, ``first`` + 1, ...; shared memory for x and the preload capped at what a chain
+    CTA has)."""
     a, pre = op.args, min(op.shared, CHAIN_SHARED_CAP)
     if _CHAIN_MODES[op.entry] == 1:  # the plain entry: (out, x, w, bias, rows, N, K, split)
         out, x, w, bias, _, N, K, S = a
-        return (1, out, x, Null(), Null(), Null(), w, bias, N, K, S, op.grid[0], pre, 0.0)
+        return (1, out, x, Null(), Null(), Null(), w, bias, N, K, S, op.grid[0], first, pre, 0.0)
     out, hin, delta, hout, norm_w, w, bias, _, N, K, S, eps = a  # the _row entries
-    return (_CHAIN_MODES[op.entry], out, hin, delta, hout, norm_w, w, bias, N, K, S, op.grid[0], pre, eps)
+    return (_CHAIN_MODES[op.entry], out, hin, delta, hout, norm_w, w, bias, N, K, S, op.grid[0], first, pre, eps)
 
 
-_UNUSED_OP = (0, Null(), Null(), Null(), Null(), Null(), Null(), Null(), 0, 0, 0, 0, 0, 0.0)
+_UNUSED_OP = (0, Null(), Null(), Null(), Null(), Null(), Null(), Null(), 0, 0, 0, 0, 0, 0, 0.0)
+
+
+def chain_firsts(grids: list[int], ctas: int) -> list[int]:
+    """The first CTA of each op of a chain of ``ctas`` CTAs: each op starts right after the one
+    before it (mod ctas), so two consecutive ops share no CTA where their grids fit side by side
+    and a CTA copies its next op's weights while the op between runs."""
+    firsts = [0]
+    for prev, g in zip(grids, grids[1:]):
+        firsts.append((firsts[-1] + prev) % ctas)
+    return firsts
+
+
+def chain_rotate_enabled() -> bool:
+    """FIXEDGRAPH_GEMV_CHAIN_ROTATE (default 1): consecutive ops of a chain on different CTAs
+    (``chain_firsts``) in a grid of two CTAs per SM; 0: every op from CTA 0, the grid the
+    largest op's (what the first measurement ran)."""
+    return os.environ.get("FIXEDGRAPH_GEMV_CHAIN_ROTATE", "1") != "0"
 
 
 def gemv_chain(prog: Program, counters: Arg, ops: list, label: str = "") -> int:
@@ -449,9 +470,10 @@ def gemv_chain(prog: Program, counters: Arg, ops: list, label: str = "") -> int:
     accepts, in order) with the same results, bit for bit, as launching them one by one.
 
     counters: CHAIN_COUNTERS u32, zero before the first launch; every complete launch leaves
-    them zero (launches sharing them must not overlap: one stream). The grid is the largest op
-    grid, at most two CTAs per SM, all resident at once (each op waits on a counter that every
-    CTA increments); dynamic shared memory is the largest op's, capped at CHAIN_SHARED_CAP
+    them zero (launches sharing them must not overlap: one stream). The grid is two CTAs per SM
+    (``chain_rotate_enabled``; else the largest op's grid), all resident at once (each op waits
+    on a counter that every CTA increments), each op on the CTAs ``chain_firsts`` gives it;
+    dynamic shared memory is the largest op's, capped at CHAIN_SHARED_CAP
     (an op whose preload needed more preloads fewer batches). Returns the op index.
     """
     if not 1 <= len(ops) <= CHAIN_MAX:
@@ -461,10 +483,15 @@ def gemv_chain(prog: Program, counters: Arg, ops: list, label: str = "") -> int:
             raise ValueError(f"gemv_chain cannot run {op.entry} ({op.label}) grid={op.grid} block={op.block}: only "
                              f"one-row {', '.join(_CHAIN_MODES)} launches of 256 threads whose grid is at most "
                              f"{CHAIN_CTAS_PER_SM * NUM_SMS} CTAs")
+    grids = [op.grid[0] for op in ops]
+    if chain_rotate_enabled():
+        grid = CHAIN_CTAS_PER_SM * NUM_SMS
+        firsts = chain_firsts(grids, grid)
+    else:
+        grid, firsts = max(grids), [0] * len(ops)
     args = [counters, len(ops)]
     for i in range(CHAIN_MAX):
-        args += _chain_op_args(ops[i]) if i < len(ops) else _UNUSED_OP
-    grid = max(op.grid[0] for op in ops)
+        args += _chain_op_args(ops[i], firsts[i]) if i < len(ops) else _UNUSED_OP
     shared = min(max(op.shared for op in ops), CHAIN_SHARED_CAP)
     return prog.launch("gemv_chain", (grid, 1, 1), (256, 1, 1), tuple(args), shared=shared,
                        label=label or " + ".join(op.label for op in ops), resident=True)

@@ -123,25 +123,6 @@ __device__ __forceinline__ void load_w(uint4 (&a0)[U], uint4 (&a1)[U], const WRo
 extern __shared__ __align__(16) unsigned char gemv_dyn[];
 #define gemv_xs reinterpret_cast<bf16*>(gemv_dyn)
 
-__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
-  uint32_t v;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
-  return v;
-}
-
-// Which block of a GEMV's grid this CTA is, how many blocks take its tiles grid-stride, the
-// bytes of shared memory after x that hold the W preload, and the wait before the first read
-// of a predecessor's output. HwGrid: the launch's own (blockIdx.x, gridDim.x, the dynamic
-// shared memory, the PDL wait); gemv_chain (below) runs several GEMVs in one grid with its own.
-// (Static members: a policy type, not an argument, so the standalone entries compile exactly as
-// before it existed.)
-struct HwGrid {
-  static __device__ __forceinline__ uint32_t bid() { return blockIdx.x; }
-  static __device__ __forceinline__ uint32_t nblk() { return gridDim.x; }
-  static __device__ __forceinline__ uint32_t pre_bytes() { return dynamic_smem_bytes(); }
-  static __device__ __forceinline__ void wait() { FG_PDL_WAIT(); }
-};
-
 // x fragments of one batch (the k32 blocks of load_w) for the warp's row g.
 template <bool VEC, bool XS, int U>
 __device__ __forceinline__ void load_x(uint4 (&b)[U], const bf16* xr, bool x_ok, uint32_t K, uint32_t kblocks,
@@ -584,12 +565,16 @@ gemv_rmsnorm_argmax(float* __restrict__ logits,           // [rows, N] f32, writ
 // CTA barrier); op p + 1 first copies its own W batches into the preload area, then waits for
 // counter p to reach gridDim.x (an acquire spin by thread 0, then a CTA barrier) before its
 // prologue reads what op p wrote. The handoff is a counter in L2 instead of a grid's completion
-// and the next grid's launch, and the preload of op p + 1 overlaps op p's slowest CTAs exactly
-// as under PDL. Op 0 takes the PDL wait on the grid before the chain.
+// and the next grid's launch. Op 0 takes the PDL wait on the grid before the chain.
 // Each op computes what its own entry would with the same split and grid (so the same bits):
-// `grid` is the op's standalone CTA count, whose blocks CTAs 0 .. grid-1 of the chain take (a
-// chain's gridDim.x is at least every op's grid: the launcher chains only such ops, and sizes
-// the chain so that all of its CTAs are resident at once, which the counters need); `pre` the
+// `grid` is the op's standalone CTA count, whose blocks 0 .. grid-1 CTAs first, first + 1, ..
+// (mod gridDim.x) of the chain take (a chain's gridDim.x is at least every op's grid: the
+// launcher chains only such ops, and sizes the chain so that all of its CTAs are resident at
+// once, which the counters need). A CTA copies the W of the next op it takes part in as soon as
+// it is done with its previous one: the launcher rotates `first` so that consecutive ops take
+// different CTAs where they fit, and each op's weights then stream in while the op before it
+// runs (as PDL's early launch does for separate kernels); measured without the rotation, every
+// op's copy waited for the op before it in the same CTAs (docs/BENCHMARKS.md). `pre`: the
 // bytes of shared memory for x and the W preload (its entry's dynamic shared memory, capped at
 // the chain's). Counters: [GEMV_CHAIN_MAX] u32, zero at rest; the CTA arriving last at the last
 // op's counter zeroes the others and atomicInc wraps its own, so every complete launch leaves
@@ -618,7 +603,7 @@ __device__ __forceinline__ void chain_wait(const unsigned* ctr, unsigned target)
 // The running op's block range, preload bytes and wait, for gemv_body's Grid policy: written by
 // thread 0 between two barriers before each op.
 struct ChainState {
-  uint32_t p, n, pre, target;  // p: the op (kept here, not in a register across the op's body)
+  uint32_t p, b, n, pre, target;  // p: the op (kept here, not in a register across the op's body); b: the block
   const unsigned* ctr;  // the previous op's counter; NULL for op 0 (the PDL wait)
 };
 __device__ __forceinline__ ChainState& chain_state() {
@@ -626,7 +611,7 @@ __device__ __forceinline__ ChainState& chain_state() {
   return s;
 }
 struct ChainGrid {
-  static __device__ __forceinline__ uint32_t bid() { return blockIdx.x; }
+  static __device__ __forceinline__ uint32_t bid() { return chain_state().b; }
   static __device__ __forceinline__ uint32_t nblk() { return chain_state().n; }
   static __device__ __forceinline__ uint32_t pre_bytes() { return chain_state().pre; }
   static __device__ __forceinline__ void wait() {
@@ -649,7 +634,7 @@ template <int MODE>
 __device__ __forceinline__ void chain_rmsnorm(void* out, const float* hin, const bf16* delta, float* hout,
                                            const bf16* norm_w, const bf16* W, const bf16* bias, uint32_t N,
                                            uint32_t K, uint32_t split, float eps, GemvShared& sh) {
-  auto pro = [&]() { rmsnorm_prologue<true>(gemv_xs, hin, delta, hout, norm_w, 1u, K, eps, sh.norm); };
+  auto pro = [&]() { rmsnorm_prologue<true, ChainGrid>(gemv_xs, hin, delta, hout, norm_w, 1u, K, eps, sh.norm); };
   NoEpilogue epi;
   gemv_body<true, MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, ChainGrid>(out, gemv_xs, W, bias, 1u,
                                                                                        N, K, split, sh.red, pro, epi);
@@ -658,13 +643,14 @@ __device__ __forceinline__ void chain_rmsnorm(void* out, const float* hin, const
 #define CHAIN_OP_PARAMS(i)                                                                         \
   unsigned int mode##i, void *out##i, const void *in##i, const bf16 *delta##i, float *hout##i,    \
       const bf16 *norm_w##i, const bf16 *W##i, const bf16 *bias##i, unsigned int N##i,             \
-      unsigned int K##i, unsigned int split##i, unsigned int grid##i, unsigned int pre##i, float eps##i
+      unsigned int K##i, unsigned int split##i, unsigned int grid##i, unsigned int first##i, unsigned int pre##i,   \
+      float eps##i
 #define CHAIN_PICK(f) (p == 0 ? f##0 : p == 1 ? f##1 : p == 2 ? f##2 : f##3)
 
 // counters: [GEMV_CHAIN_MAX] u32, zero at rest. nops: 1..GEMV_CHAIN_MAX. Op i: mode (ChainMode),
 // out, in (x: [K] bf16 for CHAIN_PLAIN; hidden_in: [K] f32 otherwise), delta / hidden_out /
 // norm_w (the rmsnorm modes' as gemv_rmsnorm_bf16_row; NULL otherwise), W, bias, N (2I for
-// CHAIN_RMSNORM_SILU), K, split, grid, pre (above), eps. One row; K % 8 == 0 and 16-byte
+// CHAIN_RMSNORM_SILU), K, split, grid, first, pre (above), eps. One row; K % 8 == 0 and 16-byte
 // aligned W and x; the rmsnorm modes need what the _row entries need. 256 or 512 threads.
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
 gemv_chain(unsigned int* counters, unsigned int nops, CHAIN_OP_PARAMS(0), CHAIN_OP_PARAMS(1),
@@ -674,17 +660,18 @@ gemv_chain(unsigned int* counters, unsigned int nops, CHAIN_OP_PARAMS(0), CHAIN_
 #pragma unroll 1
   for (uint32_t p = 0; p < nops; ++p) {
     const uint32_t mode = CHAIN_PICK(mode), N = CHAIN_PICK(N), K = CHAIN_PICK(K), split = CHAIN_PICK(split);
-    const uint32_t grid = CHAIN_PICK(grid);
+    const uint32_t grid = CHAIN_PICK(grid), first = CHAIN_PICK(first);
     const uint32_t n = grid < gridDim.x ? grid : gridDim.x;
+    const uint32_t b = (blockIdx.x + gridDim.x - first % gridDim.x) % gridDim.x;  // this CTA's block of the op
     void* out = CHAIN_PICK(out);
     const void* in = CHAIN_PICK(in);
     const bf16 *delta = CHAIN_PICK(delta), *norm_w = CHAIN_PICK(norm_w), *W = CHAIN_PICK(W);
     const bf16* bias = CHAIN_PICK(bias);
     float* hout = CHAIN_PICK(hout);
     const float eps = CHAIN_PICK(eps);
-    if (threadIdx.x == 0) chain_state() = ChainState{p, n, CHAIN_PICK(pre), gridDim.x, p ? counters + p - 1 : nullptr};
+    if (threadIdx.x == 0) chain_state() = ChainState{p, b, n, CHAIN_PICK(pre), gridDim.x, p ? counters + p - 1 : nullptr};
     __syncthreads();
-    if (blockIdx.x >= n) {
+    if (b >= n) {
       if (p == 0) FG_PDL_WAIT();  // no share of op 0: still past the PDL wait (completion stays transitive)
     } else if (mode == CHAIN_PLAIN) {
       chain_plain(out, static_cast<const bf16*>(in), W, bias, N, K, split, sh.red);

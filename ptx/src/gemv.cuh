@@ -11,6 +11,27 @@
 #include <stdint.h>
 
 #include "common_ops.cuh"
+#include "pdl.cuh"
+
+__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
+  uint32_t v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+}
+
+// Which block of a GEMV's grid this CTA is, how many blocks take its tiles grid-stride, the
+// bytes of shared memory after x that hold the W preload, and the wait before the first read
+// of a predecessor's output. HwGrid: the launch's own (blockIdx.x, gridDim.x, the dynamic
+// shared memory, the PDL wait); gemv_chain (below) runs several GEMVs in one grid with its own.
+// (Static members: a policy type, not an argument, so the standalone entries compile exactly as
+// before it existed.)
+struct HwGrid {
+  static __device__ __forceinline__ uint32_t bid() { return blockIdx.x; }
+  static __device__ __forceinline__ uint32_t nblk() { return gridDim.x; }
+  static __device__ __forceinline__ uint32_t pre_bytes() { return dynamic_smem_bytes(); }
+  static __device__ __forceinline__ void wait() { FG_PDL_WAIT(); }
+};
+
 
 #define GEMV_MAX_WARPS 16  // blockDim.x <= 512
 #define GEMV_PRO_UNROLL 2  // vectors a thread loads before using any (more spill at 80 registers)
@@ -31,7 +52,7 @@ __device__ __forceinline__ void xs_zero_tail(bf16* xs, uint32_t rows, uint32_t K
 // Vectors i = r * nvec + c of all rows are taken in one flat loop so that a thread's loads of
 // every row are in flight together; each thread keeps one sum of squares per row of its
 // 8-row pass in registers (statically indexed), so the sum order is fixed (deterministic).
-template <int V>
+template <int V, class Grid = HwGrid>
 __device__ __forceinline__ void rmsnorm_rows(bf16* __restrict__ xs,              // smem rows r0..
                                              const float* __restrict__ hin,      // [rows, K] f32
                                              const bf16* __restrict__ delta,     // [rows, K] or NULL
@@ -42,7 +63,7 @@ __device__ __forceinline__ void rmsnorm_rows(bf16* __restrict__ xs,             
   const uint32_t nvec = K / V, total = nrows * nvec, stride = xs_stride(K), bd = blockDim.x;
   const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = bd >> 5;
   const size_t base = (size_t)r0 * K;
-  const bool write_h = hout && blockIdx.x == 0;
+  const bool write_h = hout && Grid::bid() == 0;
   // h = hin + delta (fp32) for vector i of this pass.
   auto load_h = [&](uint32_t i, float (&h)[V]) {
     const size_t off = base + (size_t)(i / nvec) * K + (size_t)(i % nvec) * V;
@@ -118,7 +139,7 @@ __device__ __forceinline__ void rmsnorm_rows(bf16* __restrict__ xs,             
 // prologue is one round trip to L2 instead of rmsnorm_rows' two passes of GEMV_PRO_UNROLL
 // vectors each. Same rounding points; the sum of squares is taken in another order. Writes the
 // row's zero tail too and ends in the barrier after which x is ready (two barriers in all).
-template <int NV>
+template <int NV, class Grid = HwGrid>
 __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const float* __restrict__ hin,
                                                  const bf16* __restrict__ delta, float* __restrict__ hout,
                                                  const bf16* __restrict__ norm_w, uint32_t K, float eps,
@@ -152,7 +173,7 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
     if (i < nvec) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) ss += h[j][e] * h[j][e];
-      if (hout && blockIdx.x == 0) store_f32<4>(hout + (size_t)i * 4, h[j]);
+      if (hout && Grid::bid() == 0) store_f32<4>(hout + (size_t)i * 4, h[j]);
     }
   }
   ss = warp_sum(ss);
@@ -183,7 +204,7 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
 // x[r, :] for every row into shared memory; ends with a barrier (x is then ready).
 // LEAN (the *_row entries): only the one-row register path is compiled; a launch it does not
 // fit traps (the launcher never makes one: fixedgraph/ops/gemv.py's row_path).
-template <bool LEAN = false>
+template <bool LEAN = false, class Grid = HwGrid>
 __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, const bf16* delta, float* hout,
                                                  const bf16* norm_w, uint32_t rows, uint32_t K, float eps,
                                                  float (*red)[GEMV_MAX_WARPS]) {
@@ -195,9 +216,9 @@ __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, con
     // small models), so the code run after the wait is that straight line, not four predicated
     // copies; the same per-element order and bits.
     if (LEAN && K / 4 <= blockDim.x)
-      rmsnorm_row_regs<1>(xs, hin, delta, hout, norm_w, K, eps, red);
+      rmsnorm_row_regs<1, Grid>(xs, hin, delta, hout, norm_w, K, eps, red);
     else
-      rmsnorm_row_regs<GEMV_NORM_REG_VECS>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
+      rmsnorm_row_regs<GEMV_NORM_REG_VECS, Grid>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
     return;
   }
   if constexpr (LEAN) {
@@ -206,8 +227,8 @@ __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, con
     for (uint32_t r0 = 0; r0 < rows; r0 += 8) {
       const uint32_t n = rows - r0 < 8 ? rows - r0 : 8;
       bf16* x = xs + (size_t)r0 * xs_stride(K);
-      if (vec) rmsnorm_rows<4>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
-      else rmsnorm_rows<1>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
+      if (vec) rmsnorm_rows<4, Grid>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
+      else rmsnorm_rows<1, Grid>(x, hin, delta, hout, norm_w, r0, n, K, eps, red);
     }
     xs_zero_tail(xs, rows, K);
     __syncthreads();

@@ -369,11 +369,12 @@ def test_fused_split_knob_rejects_garbage(monkeypatch):
 
 
 def test_chain_program_groups_consecutive_one_row_gemvs(monkeypatch):
-    """chain_program: runs of 2+ chainable launches become gemv_chain launches of <= 4 ops (grid
-    = the largest op's, shared memory the largest op's up to the cap, each op's own split, grid
-    and shared memory in its slot); anything else, a lone GEMV, 8-row launches and grids over
-    two CTAs per SM stay as they were."""
-    from fixedgraph.ops.gemv import (CHAIN_MAX, CHAIN_SHARED_CAP, CHAIN_STATIC_SMEM, NUM_SMS, chain_enabled, chain_program, chainable)
+    """chain_program: runs of 2+ chainable launches become gemv_chain launches of <= 4 ops (two
+    CTAs per SM, consecutive ops on different CTAs, shared memory the largest op's up to the cap,
+    each op's own split, grid and shared memory in its slot); anything else, a lone GEMV, 8-row
+    launches and grids over two CTAs per SM stay as they were."""
+    from fixedgraph.ops.gemv import (CHAIN_MAX, CHAIN_OP_ARGS, CHAIN_SHARED_CAP, CHAIN_STATIC_SMEM, NUM_SMS,
+                                     chain_enabled, chain_firsts, chain_program, chainable)
 
     p = Program("t")
     args = (Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None)
@@ -392,15 +393,20 @@ def test_chain_program_groups_consecutive_one_row_gemvs(monkeypatch):
     assert [op.entry for op in out.launches] == ["gemv_rmsnorm_bf16_row", "paged_attention", "gemv_chain",
                                                  "gemv_bf16_vec", "gemv_bf16_vec", "gemv_rmsnorm_silu_bf16_row"]
     chain = out.launches[2]
-    assert chain.args[:2] == (Ref("ctr"), 4) and len(chain.args) == 2 + 14 * CHAIN_MAX
-    assert chain.grid == (max(op.grid[0] for op in src[:4]), 1, 1) and chain.block == (256, 1, 1)
+    assert chain.args[:2] == (Ref("ctr"), 4) and len(chain.args) == 2 + CHAIN_OP_ARGS * CHAIN_MAX
+    assert chain.grid == (2 * NUM_SMS, 1, 1) and chain.block == (256, 1, 1)  # rotated: two CTAs per SM
     assert chain.shared == min(max(op.shared for op in src[:4]), CHAIN_SHARED_CAP)
     assert 2 * (CHAIN_SHARED_CAP + CHAIN_STATIC_SMEM + 1024) <= 228 * 1024  # two chain CTAs per SM
     assert chain.resident and not src[0].resident  # the CUDA backend checks that the grid fits at once
-    for i, (op, mode) in enumerate(zip(src[:4], (1, 3, 1, 2))):
-        slot = chain.args[2 + 14 * i: 2 + 14 * (i + 1)]
-        assert slot[0] == mode and slot[-3:-1] == (op.grid[0], min(op.shared, CHAIN_SHARED_CAP))
-        assert slot[-4] == (op.args[7] if mode == 1 else op.args[10])  # the op's own split
+    grids = [op.grid[0] for op in src[:4]]
+    assert grids == [64, 192, 64, 128] and chain_firsts(grids, 264) == [0, 64, 256, 56]
+    for i, (op, mode, first) in enumerate(zip(src[:4], (1, 3, 1, 2), (0, 64, 256, 56))):
+        slot = chain.args[2 + CHAIN_OP_ARGS * i: 2 + CHAIN_OP_ARGS * (i + 1)]
+        assert slot[0] == mode and slot[-4:-1] == (op.grid[0], first, min(op.shared, CHAIN_SHARED_CAP))
+        assert slot[-5] == (op.args[7] if mode == 1 else op.args[10])  # the op's own split
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN_ROTATE", "0")  # every op from CTA 0 in the largest op's grid
+    plain = chain_program(p, Ref("ctr")).launches[2]
+    assert plain.grid == (192, 1, 1) and all(plain.args[2 + CHAIN_OP_ARGS * i + 12] == 0 for i in range(4))
     assert out.launches[3] is src[4]
     assert all(g.grid[0] <= 2 * NUM_SMS for g in out.launches if g.entry == "gemv_chain")
     monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN", "yes")
@@ -415,11 +421,11 @@ def test_chain_twin_rejects_bad_launches():
 
     mem = RefMemory()
     with pytest.raises(ValueError, match="nops=0"):
-        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), 0, 0, *([0] * 56))
+        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), 0, 0, *([0] * 60))
     ctr = mem.alloc(16)
     mem.view(ctr, np.uint32, 4)[:] = (3, 0, 0, 0)
     with pytest.raises(ValueError, match="not zero at launch"):
-        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), ctr, 1, *([0] * 56))
+        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), ctr, 1, *([0] * 60))
     with pytest.raises(ValueError, match="cannot run gemv_bf16 "):
         gemv_chain(Program("t"), Ref("c"), [Launch("gemv_bf16", (8, 1, 1), (256, 1, 1), ())])
     p = Program("t")

@@ -180,7 +180,8 @@ def gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_o
 
 
 CHAIN_MAX = 4  # gemv_chain's op slots (GEMV_CHAIN_MAX)
-_CHAIN_OP_FIELDS = ("mode", "out", "in", "delta", "hout", "norm_w", "W", "bias", "N", "K", "split", "grid", "pre", "eps")
+_CHAIN_OP_FIELDS = ("mode", "out", "in", "delta", "hout", "norm_w", "W", "bias", "N", "K", "split", "grid", "first",
+                    "pre", "eps")
 _CHAIN_OP_ARGS = len(_CHAIN_OP_FIELDS)
 
 
@@ -199,7 +200,7 @@ def gemv_chain(mem, grid, block, counters, nops, *ops):
     if ctr.any():
         raise ValueError(f"gemv_chain: counters {ctr.tolist()} are not zero at launch (a launch did not complete)")
     for i in range(nops):
-        mode, out, x, delta, hout, norm_w, w, bias, N, K, split, g, pre, eps = ops[i * _CHAIN_OP_ARGS:
+        mode, out, x, delta, hout, norm_w, w, bias, N, K, split, g, _, pre, eps = ops[i * _CHAIN_OP_ARGS:
                                                                                 (i + 1) * _CHAIN_OP_ARGS]
         if g > grid[0]:
             raise ValueError(f"gemv_chain op {i}: its grid of {g} CTAs exceeds the chain's {grid[0]}")
