@@ -20,6 +20,10 @@ previous launch's CTAs (measured 0.679 -> 0.659 ms/token, docs/BENCHMARKS.md ses
 Plain launches that ``gemv_warps`` would give 512 threads (small N, long K: 0.6B o_proj /
 down_proj) take 256 with their whole share preloaded (``plain_warps``; FIXEDGRAPH_GEMV_NARROW),
 leaving half of each SM's registers to the next launch's CTAs (0.660 -> 0.653 ms/token).
+
+``chain_program`` (FIXEDGRAPH_GEMV_CHAIN=1, off by default) runs each run of consecutive one-row
+lean launches as one persistent ``gemv_chain`` launch whose ops hand over through L2 counters:
+the same bits, but slower than a launch per op on Qwen3-0.6B (0.786 vs 0.647 ms/token, session 17).
 """
 from __future__ import annotations
 
@@ -406,7 +410,7 @@ CHAIN_COUNTERS = CHAIN_MAX  # u32 counters a chain uses (zero at rest)
 CHAIN_CTAS_PER_SM = 2  # 128 registers x 256 threads: two CTAs fill an SM's 65536 registers
 CHAIN_STATIC_SMEM = 8800  # gemv_chain's static shared memory (ptxas -v): the GEMV's and the chain state
 CHAIN_SHARED_CAP = (SMEM_PER_SM // CHAIN_CTAS_PER_SM - 1024 - CHAIN_STATIC_SMEM) // 16 * 16
-CHAIN_DEFAULT = 0  # FIXEDGRAPH_GEMV_CHAIN's default: off until measured on the H200
+CHAIN_DEFAULT = 0  # FIXEDGRAPH_GEMV_CHAIN's default: off (measured 0.786 vs 0.647 ms/token on 0.6B, session 17)
 _CHAIN_MODES = {"gemv_bf16_vec": 1, "gemv_rmsnorm_bf16_row": 2, "gemv_rmsnorm_silu_bf16_row": 3}
 
 

@@ -579,6 +579,8 @@ gemv_rmsnorm_argmax(float* __restrict__ logits,           // [rows, N] f32, writ
 // the chain's). Counters: [GEMV_CHAIN_MAX] u32, zero at rest; the CTA arriving last at the last
 // op's counter zeroes the others and atomicInc wraps its own, so every complete launch leaves
 // them zero again.
+// Off by default: bit-identical, but measured 21% slower on Qwen3-0.6B than a launch per op
+// (docs/BENCHMARKS.md, session 17), which is why it stays a knob.
 #define GEMV_CHAIN_MAX 4
 #define GEMV_CHAIN_SPIN_LIMIT (1u << 24)  // ~10 s of polling: a CTA that never arrives traps instead of hanging
 enum ChainMode { CHAIN_NONE = 0, CHAIN_PLAIN = 1, CHAIN_RMSNORM = 2, CHAIN_RMSNORM_SILU = 3 };
@@ -651,7 +653,7 @@ __device__ __forceinline__ void chain_rmsnorm(void* out, const float* hin, const
 // out, in (x: [K] bf16 for CHAIN_PLAIN; hidden_in: [K] f32 otherwise), delta / hidden_out /
 // norm_w (the rmsnorm modes' as gemv_rmsnorm_bf16_row; NULL otherwise), W, bias, N (2I for
 // CHAIN_RMSNORM_SILU), K, split, grid, first, pre (above), eps. One row; K % 8 == 0 and 16-byte
-// aligned W and x; the rmsnorm modes need what the _row entries need. 256 or 512 threads.
+// aligned W and x; the rmsnorm modes need what the _row entries need. 256 threads (the launcher's).
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
 gemv_chain(unsigned int* counters, unsigned int nops, CHAIN_OP_PARAMS(0), CHAIN_OP_PARAMS(1),
            CHAIN_OP_PARAMS(2), CHAIN_OP_PARAMS(3)) { FG_KERNEL_BEGIN();
