@@ -408,7 +408,9 @@ def gemv_rmsnorm_argmax(prog: Program, logits: Arg, tokens: Arg, ring: Arg | Non
 CHAIN_MAX = 4  # GEMV_CHAIN_MAX: ops per gemv_chain launch
 CHAIN_COUNTERS = CHAIN_MAX  # u32 counters a chain uses (zero at rest)
 CHAIN_CTAS_PER_SM = 2  # 128 registers x 256 threads: two CTAs fill an SM's 65536 registers
-CHAIN_STATIC_SMEM = 8800  # gemv_chain's static shared memory (ptxas -v): the GEMV's and the chain state
+# gemv_chain's static shared memory (ptxas -v): 8800 bytes, 8896 in the timeline's trace build
+# (tools/build_ptx.py --trace); sized for the larger so that traced chains stay two CTAs per SM
+CHAIN_STATIC_SMEM = 8896
 CHAIN_SHARED_CAP = (SMEM_PER_SM // CHAIN_CTAS_PER_SM - 1024 - CHAIN_STATIC_SMEM) // 16 * 16
 CHAIN_DEFAULT = 0  # FIXEDGRAPH_GEMV_CHAIN's default: off (measured 0.786 vs 0.647 ms/token on 0.6B, session 17)
 _CHAIN_MODES = {"gemv_bf16_vec": 1, "gemv_rmsnorm_bf16_row": 2, "gemv_rmsnorm_silu_bf16_row": 3}

@@ -213,7 +213,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
   Grid::wait();
   prologue();
-  FG_TRACE_MARK(0);  // x ready (the fused entries: normed / activated into shared memory)
+  if constexpr (Grid::kMarks) FG_TRACE_MARK(0);  // x ready (the fused entries: normed / activated into shared memory)
 
   // One 16-column tile x 8 rows from r0; with_pre: its first `depth` W batches are in the preload area.
   auto tile = [&](uint32_t r0, uint32_t grp, bool with_pre) {
@@ -243,7 +243,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
       mma_batch(acc, a0, a1, b);
     }
-    FG_TRACE_MARK(1);  // thread 0's k slice of its (latest) tile multiplied
+    if constexpr (Grid::kMarks) FG_TRACE_MARK(1);  // thread 0's k slice of its (latest) tile multiplied
 
     if (S > 1) {  // sum the k slices of each tile into its first warp
       red[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -256,7 +256,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       }
       __syncthreads();  // NOTE: red is rewritten by the next group's warps
     }
-    FG_TRACE_MARK(2);  // the tile's k slices summed
+    if constexpr (Grid::kMarks) FG_TRACE_MARK(2);  // the tile's k slices summed
     if (ks != 0) return;
 
     if (MODE == OUT_SILU) {  // acc[j]: gate of column n0/2+g, acc[2+j]: its up (rows 2t+j)
@@ -296,7 +296,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS)  // one pass for rows <= 8
     for (uint32_t grp = Grid::bid() + (r0 == 0 && pre ? Grid::nblk() : 0u); grp < groups; grp += Grid::nblk())
       tile(r0, grp, false);
-  FG_TRACE_MARK(3);  // every tile of the CTA stored (thread 0's view)
+  if constexpr (Grid::kMarks) FG_TRACE_MARK(3);  // every tile of the CTA stored (thread 0's view)
 }
 
 // Shared memory common to every entry. x (fused entries only) is dynamic: rows * xs_stride(K)
@@ -612,14 +612,25 @@ __device__ __forceinline__ ChainState& chain_state() {
   __shared__ ChainState s;
   return s;
 }
+// Timeline marks (trace builds): the chain's own, not the GEMV's phases: mark p (p >= 1) when
+// the CTA's wait for op p returned, mark 4 + p when it arrived after op p (every CTA, idle or
+// not); op 0's wait is the record's PDL wait.
 struct ChainGrid {
+  static constexpr bool kMarks = false;
   static __device__ __forceinline__ uint32_t bid() { return chain_state().b; }
   static __device__ __forceinline__ uint32_t nblk() { return chain_state().n; }
-  static __device__ __forceinline__ uint32_t pre_bytes() { return chain_state().pre; }
+  static __device__ __forceinline__ uint32_t pre_bytes() {  // never past the launch's allocation
+    const uint32_t pre = chain_state().pre, dyn = dynamic_smem_bytes();
+    return pre < dyn ? pre : dyn;
+  }
   static __device__ __forceinline__ void wait() {
     const ChainState& st = chain_state();
-    if (st.ctr == nullptr) FG_PDL_WAIT();
-    else chain_wait(st.ctr, st.target);
+    if (st.ctr == nullptr) {
+      FG_PDL_WAIT();
+    } else {
+      chain_wait(st.ctr, st.target);
+      FG_TRACE_MARK(st.p);
+    }
   }
 };
 
@@ -684,6 +695,7 @@ gemv_chain(unsigned int* counters, unsigned int nops, CHAIN_OP_PARAMS(0), CHAIN_
     }
     __syncthreads();  // every warp's stores done, and the preload area free for the next op
     p = chain_state().p;
+    FG_TRACE_MARK(4 + p);  // arrived after op p (the arrival itself is thread 0's, just below)
     if (threadIdx.x == 0) {
       if (p + 1 < nops) {
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + p) : "memory");

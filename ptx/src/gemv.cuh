@@ -26,6 +26,7 @@ __device__ __forceinline__ uint32_t dynamic_smem_bytes() {
 // (Static members: a policy type, not an argument, so the standalone entries compile exactly as
 // before it existed.)
 struct HwGrid {
+  static constexpr bool kMarks = true;  // gemv_body's FG_TRACE_MARKs (its phases)
   static __device__ __forceinline__ uint32_t bid() { return blockIdx.x; }
   static __device__ __forceinline__ uint32_t nblk() { return gridDim.x; }
   static __device__ __forceinline__ uint32_t pre_bytes() { return dynamic_smem_bytes(); }
