@@ -73,10 +73,10 @@ def node_cost(b: BoundLaunch, context: int) -> tuple[int, int]:
     names = param_names(b.entry.name, len(b.values)) or []
     a = dict(zip(names, b.values))
     e, rows = b.entry.name, b.op.grid[0]
-    if e == "gemv_chain":  # (counters, nops, then 15 values an op): one row through each op
+    if e == "gemv_chain":  # (counters, nops, flags, then 15 values an op): one row through each op
         total = [0, 0]
         for i in range(b.values[1]):
-            mode, _, _, delta, hout, _, _, bias, N, K = b.values[2 + 15 * i: 12 + 15 * i]
+            mode, _, _, delta, hout, _, _, bias, N, K = b.values[3 + 15 * i: 13 + 15 * i]
             if mode == 1:
                 moved = K * 2 + N * 2
             else:

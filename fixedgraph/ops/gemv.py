@@ -464,6 +464,20 @@ def chain_firsts(grids: list[int], ctas: int) -> list[int]:
     return firsts
 
 
+def chain_flags() -> int:
+    """gemv_chain's flags from FIXEDGRAPH_GEMV_CHAIN_ARRIVE (``all``, the default: every CTA
+    arrives after every op; ``workers``: only the op's own CTAs, and the next op waits for that
+    many) and FIXEDGRAPH_GEMV_CHAIN_POLL (``sleep``, the default: 20 ns between polls; ``spin``:
+    none). A/B candidates for the chain's handoff (docs/BENCHMARKS.md session 17, Next 1)."""
+    arrive = os.environ.get("FIXEDGRAPH_GEMV_CHAIN_ARRIVE", "all")
+    poll = os.environ.get("FIXEDGRAPH_GEMV_CHAIN_POLL", "sleep")
+    if arrive not in ("all", "workers"):
+        raise ValueError(f"FIXEDGRAPH_GEMV_CHAIN_ARRIVE={arrive!r}: use all or workers")
+    if poll not in ("sleep", "spin"):
+        raise ValueError(f"FIXEDGRAPH_GEMV_CHAIN_POLL={poll!r}: use sleep or spin")
+    return (1 if arrive == "workers" else 0) | (2 if poll == "spin" else 0)
+
+
 def chain_rotate_enabled() -> bool:
     """FIXEDGRAPH_GEMV_CHAIN_ROTATE (default 1): consecutive ops of a chain on different CTAs
     (``chain_firsts``) in a grid of two CTAs per SM; 0: every op from CTA 0, the grid the
@@ -495,7 +509,7 @@ def gemv_chain(prog: Program, counters: Arg, ops: list, label: str = "") -> int:
         firsts = chain_firsts(grids, grid)
     else:
         grid, firsts = max(grids), [0] * len(ops)
-    args = [counters, len(ops)]
+    args = [counters, len(ops), chain_flags()]
     for i in range(CHAIN_MAX):
         args += _chain_op_args(ops[i], firsts[i]) if i < len(ops) else _UNUSED_OP
     shared = min(max(op.shared for op in ops), CHAIN_SHARED_CAP)

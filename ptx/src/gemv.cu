@@ -582,10 +582,12 @@ gemv_rmsnorm_argmax(float* __restrict__ logits,           // [rows, N] f32, writ
 // Off by default: bit-identical, but measured 21% slower on Qwen3-0.6B than a launch per op
 // (docs/BENCHMARKS.md, session 17), which is why it stays a knob.
 #define GEMV_CHAIN_MAX 4
-#define GEMV_CHAIN_SPIN_LIMIT (1u << 24)  // ~10 s of polling: a CTA that never arrives traps instead of hanging
+#define GEMV_CHAIN_SPIN_LIMIT (1u << 26)  // seconds of polling: a CTA that never arrives traps instead of hanging
+#define CHAIN_ARRIVE_WORKERS 1u  // flags: only the CTAs that take part in an op arrive after it (else all)
+#define CHAIN_POLL_SPIN 2u       // flags: poll without __nanosleep between loads
 enum ChainMode { CHAIN_NONE = 0, CHAIN_PLAIN = 1, CHAIN_RMSNORM = 2, CHAIN_RMSNORM_SILU = 3 };
 
-__device__ __forceinline__ void chain_wait(const unsigned* ctr, unsigned target) {
+__device__ __forceinline__ void chain_wait(const unsigned* ctr, unsigned target, bool sleep) {
   // Relaxed polls, then one acquire load (LDG.STRONG.GPU + CCTL.IVALL: the SM's L1 drops what
   // earlier ops cached, e.g. the delta an earlier prologue read). No fence: a MEMBAR here would
   // also wait for thread 0's cp.async preload of this op.
@@ -595,7 +597,7 @@ __device__ __forceinline__ void chain_wait(const unsigned* ctr, unsigned target)
       asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
       if (v >= target) break;
       if (spins == GEMV_CHAIN_SPIN_LIMIT) __trap();  // not co-resident, or an op faulted
-      __nanosleep(20);
+      if (sleep) __nanosleep(20);
     }
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
   }
@@ -605,7 +607,7 @@ __device__ __forceinline__ void chain_wait(const unsigned* ctr, unsigned target)
 // The running op's block range, preload bytes and wait, for gemv_body's Grid policy: written by
 // thread 0 between two barriers before each op.
 struct ChainState {
-  uint32_t p, b, n, pre, target;  // p: the op (kept here, not in a register across the op's body); b: the block
+  uint32_t p, b, n, pre, target, flags;  // p: the op (kept here, not in a register across its body); b: the block
   const unsigned* ctr;  // the previous op's counter; NULL for op 0 (the PDL wait)
 };
 __device__ __forceinline__ ChainState& chain_state() {
@@ -628,7 +630,7 @@ struct ChainGrid {
     if (st.ctr == nullptr) {
       FG_PDL_WAIT();
     } else {
-      chain_wait(st.ctr, st.target);
+      chain_wait(st.ctr, st.target, !(st.flags & CHAIN_POLL_SPIN));
       FG_TRACE_MARK(st.p);
     }
   }
@@ -659,6 +661,7 @@ __device__ __forceinline__ void chain_rmsnorm(void* out, const float* hin, const
       unsigned int K##i, unsigned int split##i, unsigned int grid##i, unsigned int first##i, unsigned int pre##i,   \
       float eps##i
 #define CHAIN_PICK(f) (p == 0 ? f##0 : p == 1 ? f##1 : p == 2 ? f##2 : f##3)
+#define CHAIN_PICK_PREV(f) (p == 1 ? f##0 : p == 2 ? f##1 : f##2)  // op p - 1's, for p >= 1
 
 // counters: [GEMV_CHAIN_MAX] u32, zero at rest. nops: 1..GEMV_CHAIN_MAX. Op i: mode (ChainMode),
 // out, in (x: [K] bf16 for CHAIN_PLAIN; hidden_in: [K] f32 otherwise), delta / hidden_out /
@@ -666,7 +669,7 @@ __device__ __forceinline__ void chain_rmsnorm(void* out, const float* hin, const
 // CHAIN_RMSNORM_SILU), K, split, grid, first, pre (above), eps. One row; K % 8 == 0 and 16-byte
 // aligned W and x; the rmsnorm modes need what the _row entries need. 256 threads (the launcher's).
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
-gemv_chain(unsigned int* counters, unsigned int nops, CHAIN_OP_PARAMS(0), CHAIN_OP_PARAMS(1),
+gemv_chain(unsigned int* counters, unsigned int nops, unsigned int flags, CHAIN_OP_PARAMS(0), CHAIN_OP_PARAMS(1),
            CHAIN_OP_PARAMS(2), CHAIN_OP_PARAMS(3)) { FG_KERNEL_BEGIN();
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS || nops < 1 || nops > GEMV_CHAIN_MAX) return;
@@ -676,13 +679,17 @@ gemv_chain(unsigned int* counters, unsigned int nops, CHAIN_OP_PARAMS(0), CHAIN_
     const uint32_t grid = CHAIN_PICK(grid), first = CHAIN_PICK(first);
     const uint32_t n = grid < gridDim.x ? grid : gridDim.x;
     const uint32_t b = (blockIdx.x + gridDim.x - first % gridDim.x) % gridDim.x;  // this CTA's block of the op
+    // what op p's wait counts to: every CTA's arrival after op p - 1, or only its workers'
+    const uint32_t prev = p ? CHAIN_PICK_PREV(grid) : 0u;
+    const uint32_t target = (flags & CHAIN_ARRIVE_WORKERS) ? (prev < gridDim.x ? prev : gridDim.x) : gridDim.x;
     void* out = CHAIN_PICK(out);
     const void* in = CHAIN_PICK(in);
     const bf16 *delta = CHAIN_PICK(delta), *norm_w = CHAIN_PICK(norm_w), *W = CHAIN_PICK(W);
     const bf16* bias = CHAIN_PICK(bias);
     float* hout = CHAIN_PICK(hout);
     const float eps = CHAIN_PICK(eps);
-    if (threadIdx.x == 0) chain_state() = ChainState{p, b, n, CHAIN_PICK(pre), gridDim.x, p ? counters + p - 1 : nullptr};
+    if (threadIdx.x == 0)
+      chain_state() = ChainState{p, b, n, CHAIN_PICK(pre), target, flags, p ? counters + p - 1 : nullptr};
     __syncthreads();
     if (b >= n) {
       if (p == 0) FG_PDL_WAIT();  // no share of op 0: still past the PDL wait (completion stays transitive)
@@ -696,14 +703,19 @@ gemv_chain(unsigned int* counters, unsigned int nops, CHAIN_OP_PARAMS(0), CHAIN_
     __syncthreads();  // every warp's stores done, and the preload area free for the next op
     p = chain_state().p;
     FG_TRACE_MARK(4 + p);  // arrived after op p (the arrival itself is thread 0's, just below)
-    if (threadIdx.x == 0) {
+    const ChainState& st = chain_state();
+    const bool arrives = !(st.flags & CHAIN_ARRIVE_WORKERS) || st.b < st.n;
+    if (threadIdx.x == 0 && arrives) {
+      const uint32_t count = (st.flags & CHAIN_ARRIVE_WORKERS) ? st.n : gridDim.x;  // arrivals at this counter
       if (p + 1 < nops) {
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + p) : "memory");
-      } else if (nops > 1) {  // the last CTA here is past every wait: zero the earlier counters
+      } else if (nops > 1) {
+        // The last arrival here is past every wait (each op's workers waited for all of the op
+        // before's): zero the earlier counters; atomicInc wraps this one.
         unsigned old;
         asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
-                     : "=r"(old) : "l"(counters + p), "r"(gridDim.x - 1) : "memory");
-        if (old == gridDim.x - 1)
+                     : "=r"(old) : "l"(counters + p), "r"(count - 1) : "memory");
+        if (old == count - 1)
           for (uint32_t q = 0; q + 1 < nops; ++q) counters[q] = 0u;
       }
     }

@@ -58,3 +58,9 @@ def test_gemv_chain_changes_no_bit(cuda, tmp_path, rng, monkeypatch):
     eager = chained.runner.teacher_forced_logits(tokens, 100, eager=True)
     assert np.array_equal(graph.view(np.uint32), base.view(np.uint32)), "the chained graphs changed the logits"
     assert np.array_equal(eager.view(np.uint32), base.view(np.uint32)), "the chained eager program changed the logits"
+    del chained
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN_ARRIVE", "workers")  # the handoff's A/B knobs
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN_POLL", "spin")
+    knobs = LLM(tmp_path, backend="cuda", max_model_len=188, prefill_chunk=64, progress=False)
+    graph = knobs.runner.teacher_forced_logits(tokens, 100)
+    assert np.array_equal(graph.view(np.uint32), base.view(np.uint32)), "workers-only arrival changed the logits"

@@ -391,7 +391,8 @@ def rmsnorm_preload_past_share_case(rng):
 CHAIN_OUT = Check(atol=2e-2, rtol=2e-2)  # outputs two and three GEMVs deep: bf16 steps compound
 
 
-def chain_case(name: str, rng: np.random.Generator, H: int, A: int, I: int, Q: int, *, qkv_bias: bool) -> KernelCase:
+def chain_case(name: str, rng: np.random.Generator, H: int, A: int, I: int, Q: int, *, qkv_bias: bool,
+               env: dict | None = None) -> KernelCase:
     """o_proj (attn [A] -> delta), norm + gate_up + SiLU (hidden + delta -> act, hidden2), down
     (act -> delta) and the next layer's norm + qkv (hidden2 + delta -> qkv, hidden3), launched
     as decode launches them and chained by ``chain_program``: each op reads what the one before
@@ -420,7 +421,18 @@ def chain_case(name: str, rng: np.random.Generator, H: int, A: int, I: int, Q: i
     gemv(layer, Ref("delta"), Ref("act"), Ref("down_w"), None, 1, H, I, label="down_proj")
     gemv_rmsnorm(layer, Ref("qkv"), Ref("hidden2"), Ref("delta"), Ref("hidden3"), Ref("in_norm"), Ref("qkv_w"),
                  Ref("qkv_b") if qkv_bias else None, 1, Q, H, EPS, label="norm+qkv")
-    prog = chain_program(layer, Ref("counters"))
+    import os
+
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})  # the chain's knobs, read when the launch is built
+    try:
+        prog = chain_program(layer, Ref("counters"))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     assert "gemv_chain" in [op.entry for op in prog.launches], "the case's launches must chain"
 
     def norm(h, w):
@@ -459,3 +471,11 @@ def chain_qwen25_case(rng):
     gate_up takes 304 CTAs, more than a chain holds, so o_proj and gate_up stay launches of their
     own and down + qkv chain."""
     return chain_case("gemv_chain_qwen2.5_0.5b_bias", rng, 896, 896, 4864, 1152, qkv_bias=True)
+
+
+@kernel_case("gemv_chain_qwen3_0.6b_workers_spin")
+def chain_workers_spin_case(rng):
+    """The 0.6B chain with only each op's CTAs arriving and polls without sleeps (the handoff
+    A/B knobs FIXEDGRAPH_GEMV_CHAIN_ARRIVE=workers, FIXEDGRAPH_GEMV_CHAIN_POLL=spin)."""
+    return chain_case("gemv_chain_qwen3_0.6b_workers_spin", rng, 1024, 2048, 3072, 4096, qkv_bias=False,
+                      env={"FIXEDGRAPH_GEMV_CHAIN_ARRIVE": "workers", "FIXEDGRAPH_GEMV_CHAIN_POLL": "spin"})

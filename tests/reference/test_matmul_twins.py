@@ -393,7 +393,7 @@ def test_chain_program_groups_consecutive_one_row_gemvs(monkeypatch):
     assert [op.entry for op in out.launches] == ["gemv_rmsnorm_bf16_row", "paged_attention", "gemv_chain",
                                                  "gemv_bf16_vec", "gemv_bf16_vec", "gemv_rmsnorm_silu_bf16_row"]
     chain = out.launches[2]
-    assert chain.args[:2] == (Ref("ctr"), 4) and len(chain.args) == 2 + CHAIN_OP_ARGS * CHAIN_MAX
+    assert chain.args[:3] == (Ref("ctr"), 4, 0) and len(chain.args) == 3 + CHAIN_OP_ARGS * CHAIN_MAX
     assert chain.grid == (2 * NUM_SMS, 1, 1) and chain.block == (256, 1, 1)  # rotated: two CTAs per SM
     assert chain.shared == min(max(op.shared for op in src[:4]), CHAIN_SHARED_CAP)
     assert 2 * (CHAIN_SHARED_CAP + CHAIN_STATIC_SMEM + 1024) <= 228 * 1024  # two chain CTAs per SM
@@ -401,12 +401,18 @@ def test_chain_program_groups_consecutive_one_row_gemvs(monkeypatch):
     grids = [op.grid[0] for op in src[:4]]
     assert grids == [64, 192, 64, 128] and chain_firsts(grids, 264) == [0, 64, 256, 56]
     for i, (op, mode, first) in enumerate(zip(src[:4], (1, 3, 1, 2), (0, 64, 256, 56))):
-        slot = chain.args[2 + CHAIN_OP_ARGS * i: 2 + CHAIN_OP_ARGS * (i + 1)]
+        slot = chain.args[3 + CHAIN_OP_ARGS * i: 3 + CHAIN_OP_ARGS * (i + 1)]
         assert slot[0] == mode and slot[-4:-1] == (op.grid[0], first, min(op.shared, CHAIN_SHARED_CAP))
         assert slot[-5] == (op.args[7] if mode == 1 else op.args[10])  # the op's own split
     monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN_ROTATE", "0")  # every op from CTA 0 in the largest op's grid
     plain = chain_program(p, Ref("ctr")).launches[2]
-    assert plain.grid == (192, 1, 1) and all(plain.args[2 + CHAIN_OP_ARGS * i + 12] == 0 for i in range(4))
+    assert plain.grid == (192, 1, 1) and all(plain.args[3 + CHAIN_OP_ARGS * i + 12] == 0 for i in range(4))
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN_ARRIVE", "workers")
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN_POLL", "spin")
+    assert chain_program(p, Ref("ctr")).launches[2].args[2] == 3
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN_POLL", "busy")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_CHAIN_POLL='busy'"):
+        chain_program(p, Ref("ctr"))
     assert out.launches[3] is src[4]
     assert all(g.grid[0] <= 2 * NUM_SMS for g in out.launches if g.entry == "gemv_chain")
     monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN", "yes")
@@ -421,11 +427,11 @@ def test_chain_twin_rejects_bad_launches():
 
     mem = RefMemory()
     with pytest.raises(ValueError, match="nops=0"):
-        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), 0, 0, *([0] * 60))
+        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), 0, 0, 0, *([0] * 60))
     ctr = mem.alloc(16)
     mem.view(ctr, np.uint32, 4)[:] = (3, 0, 0, 0)
     with pytest.raises(ValueError, match="not zero at launch"):
-        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), ctr, 1, *([0] * 60))
+        gemv_twins.gemv_chain(mem, (8, 1, 1), (256, 1, 1), ctr, 1, 0, *([0] * 60))
     with pytest.raises(ValueError, match="cannot run gemv_bf16 "):
         gemv_chain(Program("t"), Ref("c"), [Launch("gemv_bf16", (8, 1, 1), (256, 1, 1), ())])
     p = Program("t")

@@ -186,12 +186,14 @@ _CHAIN_OP_ARGS = len(_CHAIN_OP_FIELDS)
 
 
 @twin("gemv_chain")
-def gemv_chain(mem, grid, block, counters, nops, *ops):
+def gemv_chain(mem, grid, block, counters, nops, flags, *ops):
     """Ops 0..nops-1 in order, each as its own entry (gemv_bf16_vec, gemv_rmsnorm_bf16_row,
     gemv_rmsnorm_silu_bf16_row by mode) would run them: the same results. The counters stay
     zero (every complete launch leaves them so)."""
     if len(ops) != CHAIN_MAX * _CHAIN_OP_ARGS:
         raise ValueError(f"gemv_chain takes {CHAIN_MAX} op slots of {_CHAIN_OP_ARGS} arguments")
+    if flags & ~3:
+        raise ValueError(f"gemv_chain: flags {flags:#x} has bits other than 1 (workers arrive) and 2 (spin)")
     if not 1 <= nops <= CHAIN_MAX:
         raise ValueError(f"gemv_chain: nops={nops} is outside 1..{CHAIN_MAX}; build chains with fixedgraph.ops.gemv")
     if tuple(block) != (256, 1, 1):
@@ -215,4 +217,4 @@ def gemv_chain(mem, grid, block, counters, nops, *ops):
             raise ValueError(f"gemv_chain op {i}: mode {mode} is not 1 (plain), 2 (rmsnorm) or 3 (rmsnorm + silu)")
 
 
-gemv_chain.param_names = ["counters", "nops"] + [f + str(i) for i in range(CHAIN_MAX) for f in _CHAIN_OP_FIELDS]
+gemv_chain.param_names = ["counters", "nops", "flags"] + [f + str(i) for i in range(CHAIN_MAX) for f in _CHAIN_OP_FIELDS]
