@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Assemble every committed PTX module with ptxas for sm_90; fail on errors, spills or stack use.
+"""Assemble every committed PTX module with ptxas for sm_90; fail on errors, spills or stack use,
+or a GEMV entry with more static shared memory than its launcher assumes.
 
     python tools/check_ptx.py [--arch sm_90] [--sizes]
 
@@ -47,6 +48,32 @@ def registers(log: str) -> dict[str, int]:
     return regs
 
 
+def static_smem(log: str) -> dict[str, int]:
+    """Static shared memory bytes of each entry from ptxas -v output."""
+    smem, entry = {}, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            entry = m.group(1)
+        m = re.search(r"Used \d+ registers.*?(\d+) bytes smem", line)
+        if m and entry:
+            smem[entry] = int(m.group(1))
+    return smem
+
+
+def smem_budget() -> dict[str, int]:
+    """Static shared memory the launchers assume (fixedgraph.ops.gemv): more in the PTX would
+    make a launch ask for more than an SM has, or a resident chain not fit (session 17's
+    deadlock: the chain's 8800 bytes against an assumed 8768)."""
+    sys.path.insert(0, str(ROOT))
+    from fixedgraph.ops import gemv
+
+    out = {e: gemv.STATIC_SMEM for e in ("gemv_bf16", "gemv_bf16_vec", "gemv_rmsnorm_bf16_row",
+                                          "gemv_rmsnorm_silu_bf16_row", "gemv_rmsnorm_bf16", "gemv_rmsnorm_silu_bf16")}
+    out["gemv_chain"] = gemv.CHAIN_STATIC_SMEM
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
@@ -80,6 +107,12 @@ def main() -> int:
                 bad += 1
             else:
                 print(f"ok   {ptx.name}: {len(entries)} entries, no spills, no stack")
+            for entry, have in static_smem(log).items():
+                limit = smem_budget().get(entry)
+                if limit is not None and have > limit:
+                    print(f"FAIL {ptx.name}: {entry} has {have} bytes of static shared memory, more than the {limit} "
+                          "its launcher assumes (fixedgraph/ops/gemv.py): raise the constant")
+                    bad += 1
             if args.sizes:
                 regs = registers(log)
                 table += [(e, ptx.stem, n, regs.get(e, -1)) for e, n in text_sizes(cubin, readelf).items()]
