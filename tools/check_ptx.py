@@ -35,30 +35,27 @@ def text_sizes(cubin: Path, readelf: str) -> dict[str, int]:
     return sizes
 
 
-def registers(log: str) -> dict[str, int]:
-    """Registers of each entry from ptxas -v output."""
-    regs, entry = {}, None
+def entry_stats(log: str, pattern: str) -> dict[str, int]:
+    """Per entry, the number ``pattern``'s group captures on its ptxas -v "Used ..." line."""
+    out, entry = {}, None
     for line in log.splitlines():
         m = re.search(r"Compiling entry function '(\w+)'", line)
         if m:
             entry = m.group(1)
-        m = re.search(r"Used (\d+) registers", line)
+        m = re.search(pattern, line)
         if m and entry:
-            regs[entry] = int(m.group(1))
-    return regs
+            out[entry] = int(m.group(1))
+    return out
+
+
+def registers(log: str) -> dict[str, int]:
+    """Registers of each entry from ptxas -v output."""
+    return entry_stats(log, r"Used (\d+) registers")
 
 
 def static_smem(log: str) -> dict[str, int]:
     """Static shared memory bytes of each entry from ptxas -v output."""
-    smem, entry = {}, None
-    for line in log.splitlines():
-        m = re.search(r"Compiling entry function '(\w+)'", line)
-        if m:
-            entry = m.group(1)
-        m = re.search(r"Used \d+ registers.*?(\d+) bytes smem", line)
-        if m and entry:
-            smem[entry] = int(m.group(1))
-    return smem
+    return entry_stats(log, r"Used \d+ registers.*?(\d+) bytes smem")
 
 
 def smem_budget() -> dict[str, int]:
@@ -88,6 +85,7 @@ def main() -> int:
         print("readelf not found: install binutils for --sizes", file=sys.stderr)
         return 1
     bad = 0
+    budget = smem_budget()
     table: list[tuple[str, str, int, int]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for ptx in sorted((ROOT / "ptx").glob("*.ptx")):
@@ -108,7 +106,7 @@ def main() -> int:
             else:
                 print(f"ok   {ptx.name}: {len(entries)} entries, no spills, no stack")
             for entry, have in static_smem(log).items():
-                limit = smem_budget().get(entry)
+                limit = budget.get(entry)
                 if limit is not None and have > limit:
                     print(f"FAIL {ptx.name}: {entry} has {have} bytes of static shared memory, more than the {limit} "
                           "its launcher assumes (fixedgraph/ops/gemv.py): raise the constant")

@@ -129,8 +129,7 @@ class CudaDevice:
             raise LaunchConfigError(
                 f"kernel {name} ({launch.label or 'unlabelled'}): its {ctas} CTAs must all be resident at once, but "
                 f"{self._props['sm_count']} SMs hold {per_sm} each with {launch.shared} bytes of dynamic shared memory "
-                f"and {threads} threads; use a smaller grid or less shared memory (FIXEDGRAPH_GEMV_CHAIN=0 turns the "
-                "GEMV chains off)")
+                f"and {threads} threads; use a smaller grid or less shared memory")
         self._resident_ok.add(key)
 
     def _check_cluster(self, f: int, op: BoundLaunch) -> None:
