@@ -311,11 +311,11 @@ __device__ __forceinline__ void rope_pass(
 // ROPE (paged_attention_decode_rope_d*): q is computed from rp.qkv in the CTA instead of read,
 // and the current token's K/V is written and used as described at those entries (attention.cu).
 // PDL (ROPE only; the plain entry waits before calling): the CTA issues its first work item's
-// first K/V tiles *before* griddepcontrol.wait. What they read was written at least two launches
-// earlier: seq_len, block_table and slots by the step's staging kernel, the pool keys other than
-// the current one by earlier steps (the current key is this kernel's own, taken from shared
-// memory); the predecessor grid writes only qkv. A grid starts only after every CTA of
-// its predecessor passed its own wait, so every grid before the predecessor has completed. Those
+// first K/V tiles *before* griddepcontrol.wait. What they read was written before the nearest
+// late-signalling grid that precedes this one (pdl.cuh): seq_len, block_table and slots by the
+// step's staging kernel (the embedding gather after it is late), the pool keys other than the
+// current one by earlier steps (the current key is this kernel's own, taken from shared memory;
+// the previous layer's attention is late); the grids in between write only activations. Those
 // early reads go through L2 (ld.cg, cp.async.cg), never a possibly stale L1 line. Everything the
 // predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
 template <int D, bool ROPE = false>

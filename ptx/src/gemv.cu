@@ -162,6 +162,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
                                           float4 (*red)[32],              // [warps][32] smem
                                           Prologue prologue,              // builds x; ends in a barrier
                                           Epilogue& epi) {
+  Grid::begin();
   const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const uint32_t g = lane >> 2, t = lane & 3;
   const uint32_t S = resolve_split(split, N, K, warps);
@@ -311,12 +312,16 @@ struct GemvShared {
 // the code a CTA runs after its PDL wait is about a third of the generic entry's (instruction
 // fetch: every layer cycles its kernels' code through each SM); a launch it does not fit traps
 // (the launcher never makes one: fixedgraph/ops/gemv.py's vec_path / row_path).
+template <bool LEAN> struct LeanGrid { using type = HwGrid; };
+template <> struct LeanGrid<true> { using type = HwGridEarly; };
+
 template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                               float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{}) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
-    gemv_body<true, MODE, XS, Prologue, Epilogue, UV>(out, x, W, bias, rows, N, K, split, red, pro, epi);
+    gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<LEAN>::type>(out, x, W, bias, rows, N, K,
+                                                                                     split, red, pro, epi);
   else if constexpr (LEAN)
     __trap();
   else
@@ -619,6 +624,7 @@ __device__ __forceinline__ ChainState& chain_state() {
 // not); op 0's wait is the record's PDL wait.
 struct ChainGrid {
   static constexpr bool kMarks = false;
+  static __device__ __forceinline__ void begin() {}
   static __device__ __forceinline__ uint32_t bid() { return chain_state().b; }
   static __device__ __forceinline__ uint32_t nblk() { return chain_state().n; }
   static __device__ __forceinline__ uint32_t pre_bytes() {  // never past the launch's allocation

@@ -30,7 +30,18 @@ struct HwGrid {
   static __device__ __forceinline__ uint32_t bid() { return blockIdx.x; }
   static __device__ __forceinline__ uint32_t nblk() { return gridDim.x; }
   static __device__ __forceinline__ uint32_t pre_bytes() { return dynamic_smem_bytes(); }
+  static __device__ __forceinline__ void begin() {}
   static __device__ __forceinline__ void wait() { FG_PDL_WAIT(); }
+};
+
+// The decode chain's lean entries: the launch's own grid, but the CTA lets the successor grid
+// launch at its start (griddepcontrol.launch_dependents before its W preload) instead of after
+// its wait, so the successor's CTAs take free SM slots and copy their own W a whole launch
+// earlier. Sound because every successor reads before its wait only W (constant) or, the fused
+// decode attention, what grids before the nearest late-signalling grid wrote (pdl.cuh).
+struct HwGridEarly : HwGrid {
+  static __device__ __forceinline__ void begin() { FG_PDL_TRIGGER(); }
+  static __device__ __forceinline__ void wait() { FG_PDL_WAIT_ONLY(); }
 };
 
 

@@ -4,12 +4,20 @@
 // of data a predecessor wrote, so that completion stays transitive along the chain (see
 // runtime_pyx/graph.pyx).
 //
-// Right after its own wait, each CTA also signals griddepcontrol.launch_dependents: once every
-// CTA of this grid has signalled (or exited), the successor grid is launched and its CTAs take
-// free SM slots, where they fetch what does not depend on this grid (weights) and then block in
-// their own wait. Signalling after the wait (not before) bounds the chain to two resident grids,
-// one running and its successor waiting; a grid is never starved of slots by waiters, since
-// its successor launches only after all of its own CTAs are running.
+// Each CTA also signals griddepcontrol.launch_dependents: once every CTA of this grid has
+// signalled (or exited), the successor grid is launched and its CTAs take free SM slots, where
+// they fetch what does not depend on this grid (weights) and then block in their own wait. A
+// grid is never starved of slots by waiters, since its successor launches only after all of its
+// own CTAs are running. Most kernels signal right after their wait (FG_PDL_WAIT): "late", the
+// successor launches only once this grid's predecessor has completed. The decode chain's lean
+// GEMV entries signal at their start (FG_PDL_TRIGGER, then FG_PDL_WAIT_ONLY): "early", so their
+// successor copies its weights a launch sooner, and several grids may wait at once.
+// The rule that keeps reads before a wait sound: a kernel reads before its wait only constants
+// (weights) or data written by grids that precede the nearest late-signalling grid before it
+// (that grid's CTAs passed their wait, so its predecessor and everything earlier completed). The
+// fused decode attention, which reads staged metadata and old K/V before its wait, is itself late
+// and is preceded by the late embedding gather (and the staging kernel before it): the metadata
+// of its step and the K/V of earlier steps are always written by then.
 //
 // Timeline tracing (builds with -DFG_TRACE only: `tools/build_ptx.py --trace DIR`; the committed
 // PTX has none of it). FG_KERNEL_BEGIN() opens every entry; each CTA then appends one record of
@@ -23,8 +31,12 @@
 #pragma once
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define FG_PDL_WAIT_RAW() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#define FG_PDL_WAIT_ONLY_RAW() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define FG_PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #else
 #define FG_PDL_WAIT_RAW() do {} while (0)
+#define FG_PDL_WAIT_ONLY_RAW() do {} while (0)
+#define FG_PDL_TRIGGER() do {} while (0)
 #endif
 
 #ifdef FG_TRACE
@@ -75,12 +87,14 @@ struct FgTraceScope {
     }
 };
 #define FG_KERNEL_BEGIN() FgTraceScope fg_trace_scope_(__func__)
-#define FG_PDL_WAIT()                                                                           \
+#define FG_PDL_WAIT_STAMP(raw)                                                                  \
     do {                                                                                        \
-        FG_PDL_WAIT_RAW();                                                                      \
+        raw();                                                                                  \
         if (fg_trace_shared()[0] == 0ull) fg_trace_shared()[0] = fg_globaltimer();              \
         if ((threadIdx.x & 31u) == 0u) atomicMax(&fg_trace_shared()[2 + FG_TRACE_MARKS], fg_globaltimer()); \
     } while (0)
+#define FG_PDL_WAIT() FG_PDL_WAIT_STAMP(FG_PDL_WAIT_RAW)
+#define FG_PDL_WAIT_ONLY() FG_PDL_WAIT_STAMP(FG_PDL_WAIT_ONLY_RAW)
 #define FG_TRACE_MARK(k)                                                                        \
     do {                                                                                        \
         if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)                           \
@@ -89,5 +103,6 @@ struct FgTraceScope {
 #else
 #define FG_KERNEL_BEGIN() do {} while (0)
 #define FG_PDL_WAIT() FG_PDL_WAIT_RAW()
+#define FG_PDL_WAIT_ONLY() FG_PDL_WAIT_ONLY_RAW()
 #define FG_TRACE_MARK(k) do {} while (0)
 #endif
