@@ -73,17 +73,6 @@ def node_cost(b: BoundLaunch, context: int) -> tuple[int, int]:
     names = param_names(b.entry.name, len(b.values)) or []
     a = dict(zip(names, b.values))
     e, rows = b.entry.name, b.op.grid[0]
-    if e == "gemv_chain":  # (counters, nops, flags, then 15 values an op): one row through each op
-        total = [0, 0]
-        for i in range(b.values[1]):
-            mode, _, _, delta, hout, _, _, bias, N, K = b.values[3 + 15 * i: 13 + 15 * i]
-            if mode == 1:
-                moved = K * 2 + N * 2
-            else:
-                moved = K * (4 + (2 if delta else 0) + (4 if hout else 0)) + K * 2 + (N // 2 if mode == 3 else N) * 2
-            total[0] += N * K * 2 + moved + (N * 2 if bias else 0)
-            total[1] += 2 * N * K
-        return total[0], total[1]
     if e.startswith("gemv_rmsnorm"):
         r, N, K = a["rows"], a["N"], a["K"]
         out = 4 if e.endswith(("f32out", "argmax")) else 2  # the argmax entry also stores f32 logits

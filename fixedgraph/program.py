@@ -57,7 +57,6 @@ class Launch:
     shared: int = 0  # dynamic shared memory bytes
     label: str = ""  # what this launch does in the model, for profiles and fault reports
     cluster: Dim3 = (1, 1, 1)  # thread-block cluster (sm_90); (1, 1, 1) is a plain launch
-    resident: bool = False  # every CTA must be resident at once (CTAs wait on each other: gemv_chain)
 
     def __post_init__(self) -> None:
         self.grid = dim3(self.grid)
@@ -109,14 +108,12 @@ class Program:
     name: str
     ops: list[Op] = field(default_factory=list)
 
-    def launch(self, entry: str, grid, block, args, shared: int = 0, label: str = "", *, cluster=None,
-               resident: bool = False) -> int:
+    def launch(self, entry: str, grid, block, args, shared: int = 0, label: str = "", *, cluster=None) -> int:
         """Append a kernel launch; returns its op index (used to patch it later). ``cluster``
         groups CTAs into thread-block clusters (None: no cluster); each grid dimension must be
-        a multiple of the cluster's. ``resident``: the kernel's CTAs wait on each other, so the
-        whole grid must fit on the GPU at once (the CUDA backend checks at bind time)."""
+        a multiple of the cluster's."""
         cluster = (1, 1, 1) if cluster is None else cluster
-        self.ops.append(Launch(entry, grid, block, tuple(args), shared, label, cluster=cluster, resident=resident))
+        self.ops.append(Launch(entry, grid, block, tuple(args), shared, label, cluster=cluster))
         return len(self.ops) - 1
 
     def copy(self, dst: Ref, src: Union[Ref, Staging], nbytes: int, label: str = "") -> int:

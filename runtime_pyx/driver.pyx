@@ -204,15 +204,6 @@ def function_max_active_clusters(size_t f, grid, block, unsigned int shared, clu
     return n
 
 
-def function_max_active_blocks(size_t f, unsigned int threads, size_t shared):
-    """How many CTAs of ``threads`` threads and ``shared`` bytes of dynamic shared memory one SM
-    holds at once (cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
-    cdef int n = 0
-    check(cydriver.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, <cydriver.CUfunction>f, threads, shared),
-          "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-    return n
-
-
 # ---- memory --------------------------------------------------------------------------------
 
 def mem_alloc(size_t nbytes):

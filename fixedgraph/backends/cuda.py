@@ -41,7 +41,6 @@ class CudaDevice:
         self._shared_optin: dict[str, int] = {}
         self._non_portable: set[str] = set()  # entries allowed clusters of more than 8 CTAs
         self._clusters_ok: set[tuple] = set()  # (entry, grid, block, shared, cluster) the driver can schedule
-        self._resident_ok: set[tuple] = set()  # (entry, grid, block, shared) whose whole grid fits at once
         self._host: list[int] = []
         self._props = self.drv.device_properties(ordinal)
         # Programmatic dependent launch (Hopper+): graph edges into kernels that wait on their
@@ -112,25 +111,7 @@ class CudaDevice:
             self._shared_optin[op.entry.name] = op.op.shared
         if op.op.cluster_size > 1:
             self._check_cluster(f, op)
-        if op.op.resident:
-            self._check_resident(f, op)
         return f
-
-    def _check_resident(self, f: int, op: BoundLaunch) -> None:
-        """A grid whose CTAs wait on each other deadlocks unless all of them are resident at once:
-        refuse at bind time when the GPU's SMs cannot hold it."""
-        launch, name = op.op, op.entry.name
-        key = (name, launch.grid, launch.block, launch.shared)
-        if key in self._resident_ok:
-            return
-        threads, ctas = launch.block[0] * launch.block[1] * launch.block[2], launch.grid[0] * launch.grid[1] * launch.grid[2]
-        per_sm = self.drv.function_max_active_blocks(f, threads, launch.shared)
-        if per_sm * self._props["sm_count"] < ctas:
-            raise LaunchConfigError(
-                f"kernel {name} ({launch.label or 'unlabelled'}): its {ctas} CTAs must all be resident at once, but "
-                f"{self._props['sm_count']} SMs hold {per_sm} each with {launch.shared} bytes of dynamic shared memory "
-                f"and {threads} threads; use a smaller grid or less shared memory")
-        self._resident_ok.add(key)
 
     def _check_cluster(self, f: int, op: BoundLaunch) -> None:
         """Opt in to non-portable sizes (> 8 CTAs) and ask the driver whether at least one

@@ -122,7 +122,6 @@ class DenseDecoder:
             S = max(self.splits[(w, c)] for c in self.ctx_buckets)  # one scratch serves every bucket
             for name, (shape, dtype) in attention.decode_scratch(w, self.Hq, D, S, self.Hkv).items():
                 p.add(f"scratch.{w}.{name}", shape, dtype)
-        p.add("scratch.gemv_chain", (gemv.CHAIN_COUNTERS,), "u32")  # gemv_chain's op counters
         if self._fused_head:  # gemv_rmsnorm_argmax's CTA partials and arrival counter
             p.add("scratch.head.part", (max(gemv.argmax_part_bytes(w, self.V, H) for w in s.widths),), "u8")
             p.add("scratch.head.count", (1,), "u32")
@@ -270,8 +269,6 @@ class DenseDecoder:
         prog = Program(f"decode.w{width}.c{ctx}.{'sample' if sampling else 'greedy'}{group}")
         for _ in range(steps):
             self._decode_step(prog, width, sampling, ctx, region, layout, mref)
-        if gemv.chain_enabled():  # consecutive one-row GEMVs as one persistent launch each run
-            prog = gemv.chain_program(prog, Ref("scratch.gemv_chain"))
         return prog
 
     def _decode_step(self, prog: Program, width: int, sampling: bool, ctx: int, region: str, layout, mref) -> None:

@@ -20,16 +20,12 @@ previous launch's CTAs (measured 0.679 -> 0.659 ms/token, docs/BENCHMARKS.md ses
 Plain launches that ``gemv_warps`` would give 512 threads (small N, long K: 0.6B o_proj /
 down_proj) take 256 with their whole share preloaded (``plain_warps``; FIXEDGRAPH_GEMV_NARROW),
 leaving half of each SM's registers to the next launch's CTAs (0.660 -> 0.653 ms/token).
-
-``chain_program`` (FIXEDGRAPH_GEMV_CHAIN=1, off by default) runs each run of consecutive one-row
-lean launches as one persistent ``gemv_chain`` launch whose ops hand over through L2 counters:
-the same bits, but slower than a launch per op on Qwen3-0.6B (0.786 vs 0.647 ms/token, session 17).
 """
 from __future__ import annotations
 
 import os
 
-from fixedgraph.program import Arg, Launch, Null, Program
+from fixedgraph.program import Arg, Null, Program
 
 WARPS = 8  # warps of a normal block (256 threads)
 WIDE_WARPS = 16  # warps of a block for small N (512 threads), so one k32 batch per warp covers K
@@ -403,140 +399,3 @@ def gemv_rmsnorm_argmax(prog: Program, logits: Arg, tokens: Arg, ring: Arg | Non
     # the kernel always takes gemv_split's k split (the grid here assumes the same)
     return _fused_launch(prog, "gemv_rmsnorm_argmax", head, rows, N, K, eps, label, None, takes_split=False)
 
-
-# ---- chains: consecutive one-row GEMVs in one persistent launch -----------------------------
-CHAIN_MAX = 4  # GEMV_CHAIN_MAX: ops per gemv_chain launch
-CHAIN_COUNTERS = CHAIN_MAX  # u32 counters a chain uses (zero at rest)
-CHAIN_CTAS_PER_SM = 2  # 128 registers x 256 threads: two CTAs fill an SM's 65536 registers
-# gemv_chain's static shared memory (ptxas -v): 8800 bytes, 8896 in the timeline's trace build
-# (tools/build_ptx.py --trace); sized for the larger so that traced chains stay two CTAs per SM
-CHAIN_STATIC_SMEM = 8896
-CHAIN_SHARED_CAP = (SMEM_PER_SM // CHAIN_CTAS_PER_SM - 1024 - CHAIN_STATIC_SMEM) // 16 * 16
-CHAIN_DEFAULT = 0  # FIXEDGRAPH_GEMV_CHAIN's default: off (measured 0.786 vs 0.647 ms/token on 0.6B, session 17)
-_CHAIN_MODES = {"gemv_bf16_vec": 1, "gemv_rmsnorm_bf16_row": 2, "gemv_rmsnorm_silu_bf16_row": 3}
-
-
-def chain_enabled(chain: bool | None = None) -> bool:
-    """Whether decode programs run consecutive one-row GEMVs as ``gemv_chain`` launches
-    (``chain_program``): ``chain`` if given, else FIXEDGRAPH_GEMV_CHAIN (default CHAIN_DEFAULT)."""
-    if chain is not None:
-        return bool(chain)
-    raw = os.environ.get("FIXEDGRAPH_GEMV_CHAIN", str(CHAIN_DEFAULT))
-    if raw not in ("0", "1"):
-        raise ValueError(f"FIXEDGRAPH_GEMV_CHAIN={raw!r}: use 1 (chain consecutive decode GEMVs) or 0 (one launch each)")
-    return raw == "1"
-
-
-def chainable(op) -> bool:
-    """A launch gemv_chain can run as one of its ops: a lean one-row GEMV entry of 256 threads
-    whose grid fits the chain's resident CTAs (2 per SM)."""
-    if not isinstance(op, Launch) or op.entry not in _CHAIN_MODES or op.block != (256, 1, 1):
-        return False
-    rows = op.args[4] if _CHAIN_MODES[op.entry] == 1 else op.args[7]  # the plain entry's, or the _row ones'
-    return rows == 1 and op.grid[1:] == (1, 1) and op.grid[0] <= CHAIN_CTAS_PER_SM * NUM_SMS
-
-
-CHAIN_OP_ARGS = 15  # gemv_chain arguments per op
-
-
-def _chain_op_args(op, first: int) -> tuple:
-    """One op's gemv_chain arguments from its own launch (same split and grid, its blocks taken by
-    CTAs ``first``, ``first`` + 1, ...; shared memory for x and the preload capped at what a chain
-    CTA has)."""
-    a, pre = op.args, min(op.shared, CHAIN_SHARED_CAP)
-    if _CHAIN_MODES[op.entry] == 1:  # the plain entry: (out, x, w, bias, rows, N, K, split)
-        out, x, w, bias, _, N, K, S = a
-        return (1, out, x, Null(), Null(), Null(), w, bias, N, K, S, op.grid[0], first, pre, 0.0)
-    out, hin, delta, hout, norm_w, w, bias, _, N, K, S, eps = a  # the _row entries
-    return (_CHAIN_MODES[op.entry], out, hin, delta, hout, norm_w, w, bias, N, K, S, op.grid[0], first, pre, eps)
-
-
-_UNUSED_OP = (0, Null(), Null(), Null(), Null(), Null(), Null(), Null(), 0, 0, 0, 0, 0, 0, 0.0)
-
-
-def chain_firsts(grids: list[int], ctas: int) -> list[int]:
-    """The first CTA of each op of a chain of ``ctas`` CTAs: each op starts right after the one
-    before it (mod ctas), so two consecutive ops share no CTA where their grids fit side by side
-    and a CTA copies its next op's weights while the op between runs."""
-    firsts = [0]
-    for prev, g in zip(grids, grids[1:]):
-        firsts.append((firsts[-1] + prev) % ctas)
-    return firsts
-
-
-def chain_flags() -> int:
-    """gemv_chain's flags from FIXEDGRAPH_GEMV_CHAIN_ARRIVE (``all``, the default: every CTA
-    arrives after every op; ``workers``: only the op's own CTAs, and the next op waits for that
-    many) and FIXEDGRAPH_GEMV_CHAIN_POLL (``sleep``, the default: 20 ns between polls; ``spin``:
-    none). A/B candidates for the chain's handoff (docs/BENCHMARKS.md session 17, Next 1)."""
-    arrive = os.environ.get("FIXEDGRAPH_GEMV_CHAIN_ARRIVE", "all")
-    poll = os.environ.get("FIXEDGRAPH_GEMV_CHAIN_POLL", "sleep")
-    if arrive not in ("all", "workers"):
-        raise ValueError(f"FIXEDGRAPH_GEMV_CHAIN_ARRIVE={arrive!r}: use all or workers")
-    if poll not in ("sleep", "spin"):
-        raise ValueError(f"FIXEDGRAPH_GEMV_CHAIN_POLL={poll!r}: use sleep or spin")
-    return (1 if arrive == "workers" else 0) | (2 if poll == "spin" else 0)
-
-
-def chain_rotate_enabled() -> bool:
-    """FIXEDGRAPH_GEMV_CHAIN_ROTATE (default 1): consecutive ops of a chain on different CTAs
-    (``chain_firsts``) in a grid of two CTAs per SM; 0: every op from CTA 0, the grid the
-    largest op's (what the first measurement ran)."""
-    return os.environ.get("FIXEDGRAPH_GEMV_CHAIN_ROTATE", "1") != "0"
-
-
-def gemv_chain(prog: Program, counters: Arg, ops: list, label: str = "") -> int:
-    """One ``gemv_chain`` launch running ``ops`` (2..CHAIN_MAX launches that ``chainable``
-    accepts, in order) with the same results, bit for bit, as launching them one by one.
-
-    counters: CHAIN_COUNTERS u32, zero before the first launch; every complete launch leaves
-    them zero (launches sharing them must not overlap: one stream). The grid is two CTAs per SM
-    (``chain_rotate_enabled``; else the largest op's grid), all resident at once (each op waits
-    on a counter that every CTA increments), each op on the CTAs ``chain_firsts`` gives it;
-    dynamic shared memory is the largest op's, capped at CHAIN_SHARED_CAP
-    (an op whose preload needed more preloads fewer batches). Returns the op index.
-    """
-    if not 1 <= len(ops) <= CHAIN_MAX:
-        raise ValueError(f"gemv_chain takes 1..{CHAIN_MAX} ops, got {len(ops)}")
-    for op in ops:
-        if not chainable(op):
-            raise ValueError(f"gemv_chain cannot run {op.entry} ({op.label}) grid={op.grid} block={op.block}: only "
-                             f"one-row {', '.join(_CHAIN_MODES)} launches of 256 threads whose grid is at most "
-                             f"{CHAIN_CTAS_PER_SM * NUM_SMS} CTAs")
-    grids = [op.grid[0] for op in ops]
-    if chain_rotate_enabled():
-        grid = CHAIN_CTAS_PER_SM * NUM_SMS
-        firsts = chain_firsts(grids, grid)
-    else:
-        grid, firsts = max(grids), [0] * len(ops)
-    args = [counters, len(ops), chain_flags()]
-    for i in range(CHAIN_MAX):
-        args += _chain_op_args(ops[i], firsts[i]) if i < len(ops) else _UNUSED_OP
-    shared = min(max(op.shared for op in ops), CHAIN_SHARED_CAP)
-    return prog.launch("gemv_chain", (grid, 1, 1), (256, 1, 1), tuple(args), shared=shared,
-                       label=label or " + ".join(op.label for op in ops), resident=True)
-
-
-def chain_program(prog: Program, counters: Arg) -> Program:
-    """``prog`` with every run of 2+ consecutive ``chainable`` launches replaced by ``gemv_chain``
-    launches of up to CHAIN_MAX ops each (a run of 5 is a chain of 4 and a lone launch is kept
-    as is). Decode with Qwen3-0.6B: o_proj, norm + gate_up + SiLU, down_proj and the next
-    layer's norm + qkv become one launch between two attention launches."""
-    out = Program(prog.name)
-    run: list = []
-
-    def flush() -> None:
-        while len(run) >= 2:
-            gemv_chain(out, counters, run[:CHAIN_MAX])
-            del run[:CHAIN_MAX]
-        out.ops.extend(run)
-        run.clear()
-
-    for op in prog.ops:
-        if chainable(op):
-            run.append(op)
-        else:
-            flush()
-            out.ops.append(op)
-    flush()
-    return out

@@ -152,7 +152,7 @@ __device__ __forceinline__ void mma_batch(float (&acc)[4], const uint4 (&a0)[U],
 
 // XS: x is read from shared memory (row stride xs_stride(K), zero past K) instead of global.
 // Epilogue: value(j, r, n, v) sees every output v = out[r, n] this thread stores (r = r0 + 2t + j).
-// Grid: the block range, preload bytes and wait (HwGrid: the launch's own; ChainGrid: gemv_chain's).
+// Grid: the block range, preload bytes and wait (gemv.cuh: HwGrid, or the lean entries' HwGridEarly).
 template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL, class Grid = HwGrid>
 __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32; [rows, N/2] (OUT_SILU)
                                           const bf16* __restrict__ x,     // [rows, K] bf16 (global or smem)
@@ -214,7 +214,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
   Grid::wait();
   prologue();
-  if constexpr (Grid::kMarks) FG_TRACE_MARK(0);  // x ready (the fused entries: normed / activated into shared memory)
+  FG_TRACE_MARK(0);  // x ready (the fused entries: normed / activated into shared memory)
 
   // One 16-column tile x 8 rows from r0; with_pre: its first `depth` W batches are in the preload area.
   auto tile = [&](uint32_t r0, uint32_t grp, bool with_pre) {
@@ -244,7 +244,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
       mma_batch(acc, a0, a1, b);
     }
-    if constexpr (Grid::kMarks) FG_TRACE_MARK(1);  // thread 0's k slice of its (latest) tile multiplied
+    FG_TRACE_MARK(1);  // thread 0's k slice of its (latest) tile multiplied
 
     if (S > 1) {  // sum the k slices of each tile into its first warp
       red[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -257,7 +257,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       }
       __syncthreads();  // NOTE: red is rewritten by the next group's warps
     }
-    if constexpr (Grid::kMarks) FG_TRACE_MARK(2);  // the tile's k slices summed
+    FG_TRACE_MARK(2);  // the tile's k slices summed
     if (ks != 0) return;
 
     if (MODE == OUT_SILU) {  // acc[j]: gate of column n0/2+g, acc[2+j]: its up (rows 2t+j)
@@ -297,7 +297,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   for (uint32_t r0 = 0; r0 < rows; r0 += GEMV_ROWS)  // one pass for rows <= 8
     for (uint32_t grp = Grid::bid() + (r0 == 0 && pre ? Grid::nblk() : 0u); grp < groups; grp += Grid::nblk())
       tile(r0, grp, false);
-  if constexpr (Grid::kMarks) FG_TRACE_MARK(3);  // every tile of the CTA stored (thread 0's view)
+  FG_TRACE_MARK(3);  // every tile of the CTA stored (thread 0's view)
 }
 
 // Shared memory common to every entry. x (fused entries only) is dynamic: rows * xs_stride(K)
@@ -561,169 +561,4 @@ gemv_rmsnorm_argmax(float* __restrict__ logits,           // [rows, N] f32, writ
   auto pro = [&]() { rmsnorm_prologue(gemv_xs, hidden_in, delta, hidden_out, norm_w, rows, K, eps, sh.norm); };
   gemv_body<true, OUT_F32, true>(logits, gemv_xs, W, bias, rows, N, K, 0u, sh.red, pro, epi);  // default split
   argmax_finish(epi, tokens, ring, step, ring_len, part, counter, rows);
-}
-
-// ---- GEMV chains ----------------------------------------------------------------------------
-// Consecutive one-row decode GEMVs (0.6B: o_proj, norm + gate_up + SiLU, down_proj and the next
-// layer's norm + qkv) in one persistent grid instead of one launch each: every CTA runs op p's
-// share of column groups, then arrives at counter p (one release increment by thread 0 after a
-// CTA barrier); op p + 1 first copies its own W batches into the preload area, then waits for
-// counter p to reach gridDim.x (an acquire spin by thread 0, then a CTA barrier) before its
-// prologue reads what op p wrote. The handoff is a counter in L2 instead of a grid's completion
-// and the next grid's launch. Op 0 takes the PDL wait on the grid before the chain.
-// Each op computes what its own entry would with the same split and grid (so the same bits):
-// `grid` is the op's standalone CTA count, whose blocks 0 .. grid-1 CTAs first, first + 1, ..
-// (mod gridDim.x) of the chain take (a chain's gridDim.x is at least every op's grid: the
-// launcher chains only such ops, and sizes the chain so that all of its CTAs are resident at
-// once, which the counters need). A CTA copies the W of the next op it takes part in as soon as
-// it is done with its previous one: the launcher rotates `first` so that consecutive ops take
-// different CTAs where they fit, and each op's weights then stream in while the op before it
-// runs (as PDL's early launch does for separate kernels); measured without the rotation, every
-// op's copy waited for the op before it in the same CTAs (docs/BENCHMARKS.md). `pre`: the
-// bytes of shared memory for x and the W preload (its entry's dynamic shared memory, capped at
-// the chain's). Counters: [GEMV_CHAIN_MAX] u32, zero at rest; the CTA arriving last at the last
-// op's counter zeroes the others and atomicInc wraps its own, so every complete launch leaves
-// them zero again.
-// Off by default: bit-identical, but measured 21% slower on Qwen3-0.6B than a launch per op
-// (docs/BENCHMARKS.md, session 17), which is why it stays a knob.
-#define GEMV_CHAIN_MAX 4
-#define GEMV_CHAIN_SPIN_LIMIT (1u << 26)  // seconds of polling: a CTA that never arrives traps instead of hanging
-#define CHAIN_ARRIVE_WORKERS 1u  // flags: only the CTAs that take part in an op arrive after it (else all)
-#define CHAIN_POLL_SPIN 2u       // flags: poll without __nanosleep between loads
-enum ChainMode { CHAIN_NONE = 0, CHAIN_PLAIN = 1, CHAIN_RMSNORM = 2, CHAIN_RMSNORM_SILU = 3 };
-
-__device__ __forceinline__ void chain_wait(const unsigned* ctr, unsigned target, bool sleep) {
-  // Relaxed polls, then one acquire load (LDG.STRONG.GPU + CCTL.IVALL: the SM's L1 drops what
-  // earlier ops cached, e.g. the delta an earlier prologue read). No fence: a MEMBAR here would
-  // also wait for thread 0's cp.async preload of this op.
-  if (threadIdx.x == 0) {
-    unsigned v;
-    for (uint32_t spins = 0;; ++spins) {
-      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-      if (v >= target) break;
-      if (spins == GEMV_CHAIN_SPIN_LIMIT) __trap();  // not co-resident, or an op faulted
-      if (sleep) __nanosleep(20);
-    }
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-  }
-  __syncthreads();
-}
-
-// The running op's block range, preload bytes and wait, for gemv_body's Grid policy: written by
-// thread 0 between two barriers before each op.
-struct ChainState {
-  uint32_t p, b, n, pre, target, flags;  // p: the op (kept here, not in a register across its body); b: the block
-  const unsigned* ctr;  // the previous op's counter; NULL for op 0 (the PDL wait)
-};
-__device__ __forceinline__ ChainState& chain_state() {
-  __shared__ ChainState s;
-  return s;
-}
-// Timeline marks (trace builds): the chain's own, not the GEMV's phases: mark p (p >= 1) when
-// the CTA's wait for op p returned, mark 4 + p when it arrived after op p (every CTA, idle or
-// not); op 0's wait is the record's PDL wait.
-struct ChainGrid {
-  static constexpr bool kMarks = false;
-  static __device__ __forceinline__ void begin() {}
-  static __device__ __forceinline__ uint32_t bid() { return chain_state().b; }
-  static __device__ __forceinline__ uint32_t nblk() { return chain_state().n; }
-  static __device__ __forceinline__ uint32_t pre_bytes() {  // never past the launch's allocation
-    const uint32_t pre = chain_state().pre, dyn = dynamic_smem_bytes();
-    return pre < dyn ? pre : dyn;
-  }
-  static __device__ __forceinline__ void wait() {
-    const ChainState& st = chain_state();
-    if (st.ctr == nullptr) {
-      FG_PDL_WAIT();
-    } else {
-      chain_wait(st.ctr, st.target, !(st.flags & CHAIN_POLL_SPIN));
-      FG_TRACE_MARK(st.p);
-    }
-  }
-};
-
-// One op of a chain. The plain body is a called function: inlined beside the rmsnorm bodies
-// it spills (ptxas allocates them as one, at 128 registers); called, nothing does.
-__device__ __noinline__ void chain_plain(void* out, const bf16* x, const bf16* W, const bf16* bias, uint32_t N,
-                                         uint32_t K, uint32_t split, float4 (*red)[32]) {
-  NoEpilogue epi;
-  gemv_body<true, OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, ChainGrid>(
-      out, x, W, bias, 1u, N, K, split, red, NoPrologue{}, epi);
-}
-
-template <int MODE>
-__device__ __forceinline__ void chain_rmsnorm(void* out, const float* hin, const bf16* delta, float* hout,
-                                           const bf16* norm_w, const bf16* W, const bf16* bias, uint32_t N,
-                                           uint32_t K, uint32_t split, float eps, GemvShared& sh) {
-  auto pro = [&]() { rmsnorm_prologue<true, ChainGrid>(gemv_xs, hin, delta, hout, norm_w, 1u, K, eps, sh.norm); };
-  NoEpilogue epi;
-  gemv_body<true, MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, ChainGrid>(out, gemv_xs, W, bias, 1u,
-                                                                                       N, K, split, sh.red, pro, epi);
-}
-
-#define CHAIN_OP_PARAMS(i)                                                                         \
-  unsigned int mode##i, void *out##i, const void *in##i, const bf16 *delta##i, float *hout##i,    \
-      const bf16 *norm_w##i, const bf16 *W##i, const bf16 *bias##i, unsigned int N##i,             \
-      unsigned int K##i, unsigned int split##i, unsigned int grid##i, unsigned int first##i, unsigned int pre##i,   \
-      float eps##i
-#define CHAIN_PICK(f) (p == 0 ? f##0 : p == 1 ? f##1 : p == 2 ? f##2 : f##3)
-#define CHAIN_PICK_PREV(f) (p == 1 ? f##0 : p == 2 ? f##1 : f##2)  // op p - 1's, for p >= 1
-
-// counters: [GEMV_CHAIN_MAX] u32, zero at rest. nops: 1..GEMV_CHAIN_MAX. Op i: mode (ChainMode),
-// out, in (x: [K] bf16 for CHAIN_PLAIN; hidden_in: [K] f32 otherwise), delta / hidden_out /
-// norm_w (the rmsnorm modes' as gemv_rmsnorm_bf16_row; NULL otherwise), W, bias, N (2I for
-// CHAIN_RMSNORM_SILU), K, split, grid, first, pre (above), eps. One row; K % 8 == 0 and 16-byte
-// aligned W and x; the rmsnorm modes need what the _row entries need. 256 threads (the launcher's).
-extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
-gemv_chain(unsigned int* counters, unsigned int nops, unsigned int flags, CHAIN_OP_PARAMS(0), CHAIN_OP_PARAMS(1),
-           CHAIN_OP_PARAMS(2), CHAIN_OP_PARAMS(3)) { FG_KERNEL_BEGIN();
-  __shared__ GemvShared sh;
-  if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS || nops < 1 || nops > GEMV_CHAIN_MAX) return;
-#pragma unroll 1
-  for (uint32_t p = 0; p < nops; ++p) {
-    const uint32_t mode = CHAIN_PICK(mode), N = CHAIN_PICK(N), K = CHAIN_PICK(K), split = CHAIN_PICK(split);
-    const uint32_t grid = CHAIN_PICK(grid), first = CHAIN_PICK(first);
-    const uint32_t n = grid < gridDim.x ? grid : gridDim.x;
-    const uint32_t b = (blockIdx.x + gridDim.x - first % gridDim.x) % gridDim.x;  // this CTA's block of the op
-    // what op p's wait counts to: every CTA's arrival after op p - 1, or only its workers'
-    const uint32_t prev = p ? CHAIN_PICK_PREV(grid) : 0u;
-    const uint32_t target = (flags & CHAIN_ARRIVE_WORKERS) ? (prev < gridDim.x ? prev : gridDim.x) : gridDim.x;
-    void* out = CHAIN_PICK(out);
-    const void* in = CHAIN_PICK(in);
-    const bf16 *delta = CHAIN_PICK(delta), *norm_w = CHAIN_PICK(norm_w), *W = CHAIN_PICK(W);
-    const bf16* bias = CHAIN_PICK(bias);
-    float* hout = CHAIN_PICK(hout);
-    const float eps = CHAIN_PICK(eps);
-    if (threadIdx.x == 0)
-      chain_state() = ChainState{p, b, n, CHAIN_PICK(pre), target, flags, p ? counters + p - 1 : nullptr};
-    __syncthreads();
-    if (b >= n) {
-      if (p == 0) FG_PDL_WAIT();  // no share of op 0: still past the PDL wait (completion stays transitive)
-    } else if (mode == CHAIN_PLAIN) {
-      chain_plain(out, static_cast<const bf16*>(in), W, bias, N, K, split, sh.red);
-    } else if (mode == CHAIN_RMSNORM_SILU) {
-      chain_rmsnorm<OUT_SILU>(out, static_cast<const float*>(in), delta, hout, norm_w, W, bias, N, K, split, eps, sh);
-    } else {
-      chain_rmsnorm<OUT_BF16>(out, static_cast<const float*>(in), delta, hout, norm_w, W, bias, N, K, split, eps, sh);
-    }
-    __syncthreads();  // every warp's stores done, and the preload area free for the next op
-    p = chain_state().p;
-    FG_TRACE_MARK(4 + p);  // arrived after op p (the arrival itself is thread 0's, just below)
-    const ChainState& st = chain_state();
-    const bool arrives = !(st.flags & CHAIN_ARRIVE_WORKERS) || st.b < st.n;
-    if (threadIdx.x == 0 && arrives) {
-      const uint32_t count = (st.flags & CHAIN_ARRIVE_WORKERS) ? st.n : gridDim.x;  // arrivals at this counter
-      if (p + 1 < nops) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + p) : "memory");
-      } else if (nops > 1) {
-        // The last arrival here is past every wait (each op's workers waited for all of the op
-        // before's): zero the earlier counters; atomicInc wraps this one.
-        unsigned old;
-        asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
-                     : "=r"(old) : "l"(counters + p), "r"(count - 1) : "memory");
-        if (old == count - 1)
-          for (uint32_t q = 0; q + 1 < nops; ++q) counters[q] = 0u;
-      }
-    }
-  }
 }

@@ -20,13 +20,11 @@ __device__ __forceinline__ uint32_t dynamic_smem_bytes() {
 }
 
 // Which block of a GEMV's grid this CTA is, how many blocks take its tiles grid-stride, the
-// bytes of shared memory after x that hold the W preload, and the wait before the first read
-// of a predecessor's output. HwGrid: the launch's own (blockIdx.x, gridDim.x, the dynamic
-// shared memory, the PDL wait); gemv_chain (below) runs several GEMVs in one grid with its own.
-// (Static members: a policy type, not an argument, so the standalone entries compile exactly as
-// before it existed.)
+// bytes of shared memory after x that hold the W preload, what a CTA does first (begin) and
+// the wait before its first read of a predecessor's output. HwGrid: the launch's own
+// (blockIdx.x, gridDim.x, the dynamic shared memory, nothing, the PDL wait). (Static members:
+// a policy type, not an argument, so the entries compile exactly as they would without it.)
 struct HwGrid {
-  static constexpr bool kMarks = true;  // gemv_body's FG_TRACE_MARKs (its phases)
   static __device__ __forceinline__ uint32_t bid() { return blockIdx.x; }
   static __device__ __forceinline__ uint32_t nblk() { return gridDim.x; }
   static __device__ __forceinline__ uint32_t pre_bytes() { return dynamic_smem_bytes(); }

@@ -36,31 +36,3 @@ def test_teacher_forced_logits_after_long_prompts(prompt_len, cuda, tmp_path, rn
     # checked eager runs of the same kernels): 8B's GQA ratio and head_dim, many prefill chunks,
     # decode at the large context buckets (many attention splits and their merge)
     check_teacher_forced("tiny-long", "cuda", tmp_path, rng, prompt_len=prompt_len, n_new=24, chunk=256)
-
-
-def test_gemv_chain_changes_no_bit(cuda, tmp_path, rng, monkeypatch):
-    """FIXEDGRAPH_GEMV_CHAIN=1 (o_proj, gate_up, down and the next qkv in one persistent launch
-    each layer) gives the same logits, bit for bit, as a launch per GEMV, in the graphs and
-    eagerly, across a context bucket (keys 101..180), and stays within transformers' tolerance."""
-    import numpy as np
-
-    from fixedgraph.engine import LLM
-
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN", "0")
-    llm, _, tokens = check_teacher_forced("qwen3-0.6b", "cuda", tmp_path, rng, prompt_len=100, n_new=80, chunk=64)
-    base = llm.runner.teacher_forced_logits(tokens, 100)
-    del llm
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN", "1")
-    chained = LLM(tmp_path, backend="cuda", max_model_len=188, prefill_chunk=64, progress=False)
-    entries = [op.entry for op in chained.runner.model.decode_program(1, False).launches]
-    assert entries.count("gemv_chain") == chained.config.num_layers, entries
-    graph = chained.runner.teacher_forced_logits(tokens, 100)
-    eager = chained.runner.teacher_forced_logits(tokens, 100, eager=True)
-    assert np.array_equal(graph.view(np.uint32), base.view(np.uint32)), "the chained graphs changed the logits"
-    assert np.array_equal(eager.view(np.uint32), base.view(np.uint32)), "the chained eager program changed the logits"
-    del chained
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN_ARRIVE", "workers")  # the handoff's A/B knobs
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_CHAIN_POLL", "spin")
-    knobs = LLM(tmp_path, backend="cuda", max_model_len=188, prefill_chunk=64, progress=False)
-    graph = knobs.runner.teacher_forced_logits(tokens, 100)
-    assert np.array_equal(graph.view(np.uint32), base.view(np.uint32)), "workers-only arrival changed the logits"

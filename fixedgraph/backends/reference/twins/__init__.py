@@ -43,9 +43,7 @@ def param_names(entry: str, count: int) -> list[str] | None:
     fn = load_all().get(entry)
     if fn is None:
         return None
-    names = getattr(fn, "param_names", None)  # a twin taking *args names them itself
-    if names is None:
-        names = [n for n, p in inspect.signature(fn).parameters.items() if p.kind == p.POSITIONAL_OR_KEYWORD][3:]
+    names = [n for n, p in inspect.signature(fn).parameters.items() if p.kind == p.POSITIONAL_OR_KEYWORD][3:]
     return names if len(names) == count else None
 
 
