@@ -42,6 +42,9 @@ class Entry:
     name: str
     params: tuple[Param, ...]
     waits: bool = False  # body executes griddepcontrol.wait: safe to launch programmatically
+    # griddepcontrol.launch_dependents comes before griddepcontrol.wait in the body: the entry
+    # lets its successor launch at its start, not after its wait (fixedgraph/pdl.py)
+    signals_early: bool = False
 
     @property
     def param_bytes(self) -> int:
@@ -91,7 +94,10 @@ def parse_ptx(text: str, source: str = "<ptx>") -> dict[str, Entry]:
         if name in entries:
             raise PtxError(f"{source}: entry {name} is defined twice")
         body = text[m.end() : matches[k + 1].start() if k + 1 < len(matches) else len(text)]
-        entries[name] = Entry(name, parse_params(name, m["params"]), "griddepcontrol.wait" in body)
+        wait = body.find("griddepcontrol.wait")
+        trigger = body.find("griddepcontrol.launch_dependents")
+        entries[name] = Entry(name, parse_params(name, m["params"]), wait >= 0,
+                              trigger >= 0 and (wait < 0 or trigger < wait))
     if ".entry" in text and not entries:
         raise PtxError(f"{source}: has .entry directives but none could be parsed")
     return entries

@@ -45,9 +45,9 @@ def main() -> int:
         module, entry = index[name]
         names = param_names(name, len(entry.params)) or [p.name for p in entry.params]
         params = ", ".join(f"{n}: .{p.kind}{p.bits}@{p.offset}" for n, p in zip(names, entry.params))
-        line = f"{module}.ptx  {name}({params})  pdl={'yes' if entry.waits else 'no'}"
+        line = f"{module}.ptx  {name}({params})  pdl={'early' if entry.signals_early else 'yes' if entry.waits else 'no'}"
         if args.markdown:
-            print(f"- `{name}` ({module}.ptx{', PDL' if entry.waits else ''}): `{', '.join(names)}`"
+            print(f"- `{name}` ({module}.ptx{', PDL early' if entry.signals_early else ', PDL' if entry.waits else ''}): `{', '.join(names)}`"
                   + (f" — {docs[name]}" if name in docs else ""))
         else:
             print(line + (f"\n    {docs[name]}" if name in docs else ""))

@@ -14,6 +14,7 @@ import numpy as np
 from fixedgraph.argpack import pack_args
 from fixedgraph.errors import ArgumentError, FixedGraphError
 from fixedgraph.layout import ArenaPlan, dtype_of
+from fixedgraph.pdl import check_pdl_order
 from fixedgraph.program import Copy, HostPtr, Launch, Null, Program, Ref, Staging
 from fixedgraph.ptx import Entry, find_entry
 
@@ -153,6 +154,7 @@ def bind(program: Program, arena: Arena, host: dict[str, HostBuffer] | None = No
             ops.append(BoundCopy(op, dst, staging.host_addr + op.src.offset, True))
         else:
             ops.append(BoundCopy(op, dst, resolve(op.src), False))
+    check_pdl_order(program.name, ops)
     return Bound(program, ops, resolve)
 
 
