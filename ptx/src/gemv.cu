@@ -226,6 +226,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     uint32_t kb = ks;
     if (with_pre) {  // this warp's own cp.async writes: no barrier needed
       cp_async_wait<0>();
+      FG_TRACE_MARK(4);  // the warp's preloaded W batches landed (thread 0's warp)
 #pragma unroll 1
       for (uint32_t d = 0; d < depth; ++d, kb += S * U) {
         uint4 a0[U], a1[U], b[U];
@@ -237,6 +238,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
         load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
         mma_batch(acc, a0, a1, b);
       }
+      FG_TRACE_MARK(5);  // the preloaded batches multiplied (the rest of the k slice streams next)
     }
     for (; kb < kblocks; kb += S * U) {
       uint4 a0[U], a1[U], b[U];
