@@ -309,14 +309,15 @@ struct GemvShared {
   float norm[9][GEMV_MAX_WARPS];   // [8 rows][warps] sums of squares, [8][r]: 1/rms (rmsnorm)
 };
 
+// The lean entries signal their dependents early (gemv.cuh: HwGridEarly); the others after their wait.
+template <bool LEAN> struct LeanGrid { using type = HwGrid; };
+template <> struct LeanGrid<true> { using type = HwGridEarly; };
+
 // 16-byte W loads need 16-byte aligned row starts: K % 8 == 0 and an aligned base.
 // LEAN (the *_vec / *_row entries of the decode chain): only the 16-byte body is compiled, so
 // the code a CTA runs after its PDL wait is about a third of the generic entry's (instruction
 // fetch: every layer cycles its kernels' code through each SM); a launch it does not fit traps
 // (the launcher never makes one: fixedgraph/ops/gemv.py's vec_path / row_path).
-template <bool LEAN> struct LeanGrid { using type = HwGrid; };
-template <> struct LeanGrid<true> { using type = HwGridEarly; };
-
 template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
