@@ -25,12 +25,9 @@ from fixedgraph.errors import LaunchConfigError
 # Entries that read before their wait data that other grids write: the fused decode attention
 # reads the staged seq_len / block_table / slots and its layer's K/V pools (decode_tc in
 # ptx/src/attention_decode.cuh).
-PRE_WAIT_READS: dict[str, tuple[str, ...]] = {
-    f"paged_attention_decode_rope_d{d}": ("seq_len", "block_table", "slots", "k_pool", "v_pool")
-    for d in (64, 96, 128)
-}
+PRE_WAIT_READERS = frozenset(f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128))
 STAGED_WRITERS = frozenset({"stage_meta", "stage_meta_ring"})  # write the step's staged metadata
-POOL_WRITERS = frozenset({*PRE_WAIT_READS, "qk_norm_rope_kv"})  # write k_pool / v_pool (their args)
+POOL_WRITERS = frozenset({*PRE_WAIT_READERS, "qk_norm_rope_kv"})  # write k_pool / v_pool (their args)
 POOL_PARAMS = ("k_pool", "v_pool")
 
 
@@ -58,10 +55,9 @@ def check_pdl_order(program_name: str, ops: list, names_of=None) -> None:
             settled.append(settled[i - 1])
         else:
             settled.append(i - 1)
-        if entry is None or entry.name not in PRE_WAIT_READS:
+        if entry is None or entry.name not in PRE_WAIT_READERS:
             continue
-        reads = _named(op, names_of)
-        pools = {reads[p] for p in POOL_PARAMS}
+        pools = {_named(op, names_of)[p] for p in POOL_PARAMS}
         for j in range(settled[i], i):
             other = ops[j]
             name = getattr(getattr(other, "entry", None), "name", None)

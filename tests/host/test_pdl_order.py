@@ -10,7 +10,6 @@ from fixedgraph.pdl import check_pdl_order
 from fixedgraph.ptx import entry_index, parse_ptx
 
 ATT = "paged_attention_decode_rope_d128"
-ATT_PARAMS = ("seq_len", "block_table", "slots", "k_pool", "v_pool")
 
 
 def launch(name, waits=True, early=False, **args):
