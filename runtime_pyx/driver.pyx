@@ -180,6 +180,14 @@ def function_set_max_dynamic_shared(size_t f, int nbytes):
           cydriver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes), "cuFuncSetAttribute")
 
 
+def function_set_carveout(size_t f, int percent):
+    """Preferred shared-memory carveout of ``f``: percent of the SM's unified L1 / shared memory
+    (0-100; -1 no preference). The driver configures an SM's split only while it is idle, so a
+    CTA fits beside another kernel's only where that SM's configured shared memory has room."""
+    check(cydriver.cuFuncSetAttribute(<cydriver.CUfunction>f,
+          cydriver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent), "cuFuncSetAttribute")
+
+
 def function_set_non_portable_cluster(size_t f):
     """Allow clusters of more than 8 CTAs (up to 16 on sm_90) for function ``f``."""
     check(cydriver.cuFuncSetAttribute(<cydriver.CUfunction>f,

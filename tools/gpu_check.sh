@@ -22,7 +22,8 @@
 # (default 32768) tokens, PREFILL_MODELS, once per --prefill-chunk in PREFILL_CHUNKS (default
 # "1024 2048 4096 8192"); only when named.
 # timeline: tools/timeline.py (TIMELINE_MODELS, TIMELINE_CONTEXT): when each launch's CTAs became
-# resident, passed their PDL wait and exited, per SM, from kernels rebuilt with tracing.
+# resident, passed their PDL wait and exited, per SM, from kernels rebuilt with tracing;
+# TIMELINE_ENVS="NAME:VAR=VAL[,...] ..." repeats it under those variables (timeline_NAME/).
 # ncu: Nsight Compute stall samples per SASS instruction of the decode kernels as bench_kernels
 # launches them (0.6B GEMV shapes; attention at 4k and 32k keys), ranked by tools/ncu_stalls.py
 # into ncu_NAME.txt / .json (with ncu_NAME_details.txt: the sections' tables). NCU_CASES picks
@@ -174,6 +175,15 @@ if [[ " $stages " == *" timeline "* ]]; then
     --context ${TIMELINE_CONTEXT:-128} --out "$OUT/timeline" > "$OUT/timeline.log" 2>&1
   note "timeline rc=$?"
   grep -v '^ ' "$OUT/timeline.log" | tail -30
+  # TIMELINE_ENVS="NAME:VAR=VAL[,VAR=VAL...] ...": the same timeline again under those variables
+  # (into timeline_NAME/), e.g. a knob's effect on where the CTAs land
+  for spec in ${TIMELINE_ENVS:-}; do
+    name=${spec%%:*}; IFS=, read -ra vars <<< "${spec#*:}"
+    env "${vars[@]}" timeout ${TIMELINE_TIMEOUT:-300} python3 tools/timeline.py --models ${TIMELINE_MODELS:-qwen3-0.6b,qwen3-8b} \
+      --context ${TIMELINE_CONTEXT:-128} --out "$OUT/timeline_$name" > "$OUT/timeline_$name.log" 2>&1
+    note "timeline $name (${vars[*]}) rc=$?"
+    grep -v '^ ' "$OUT/timeline_$name.log" | grep -E '^(qwen|gemv|paged|replay)' | cut -c1-120 | tail -16
+  done
 fi
 if [[ " $stages " == *" ncu "* ]]; then
   # name : kernel-name regex : bench_kernels arguments

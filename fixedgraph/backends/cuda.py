@@ -19,6 +19,34 @@ from fixedgraph.program import Program
 
 
 
+CARVEOUT_DEFAULT = "default"  # FIXEDGRAPH_SMEM_CARVEOUT's default (smem_carveout)
+
+
+def smem_carveout() -> int | None:
+    """FIXEDGRAPH_SMEM_CARVEOUT: the preferred shared-memory carveout set on every kernel the
+    backend loads, in percent of an SM's unified L1 / shared memory: "max" (100), "default" (no
+    preference: the driver's per-kernel choice) or an integer 0..100. Returns None for "default".
+
+    Why it matters here: an SM's split is changed only while the SM is idle, and the driver
+    sizes it per kernel. Under programmatic dependent launch the next decode kernels' CTAs are
+    placed while earlier ones still run, so they fit only on SMs whose configured shared memory
+    has room; a kernel configured for less leaves its SMs closed to them and packs them onto
+    the others."""
+    raw = os.environ.get("FIXEDGRAPH_SMEM_CARVEOUT", CARVEOUT_DEFAULT).strip().lower()
+    if raw in ("default", "-1", ""):
+        return None
+    if raw == "max":
+        return 100
+    try:
+        pct = int(raw)
+    except ValueError:
+        pct = -2
+    if not 0 <= pct <= 100:
+        raise ValueError(f"FIXEDGRAPH_SMEM_CARVEOUT={raw!r}: use \"max\", \"default\" or a percent 0..100 of the "
+                         "SM's L1 / shared memory")
+    return pct
+
+
 def _driver():
     from fixedgraph import _driver  # the compiled extension; imported lazily for clear errors
 
@@ -43,6 +71,7 @@ class CudaDevice:
         self._clusters_ok: set[tuple] = set()  # (entry, grid, block, shared, cluster) the driver can schedule
         self._host: list[int] = []
         self._props = self.drv.device_properties(ordinal)
+        self._carveout = smem_carveout()  # read once per device, before any kernel is loaded
         # Programmatic dependent launch (Hopper+): graph edges into kernels that wait on their
         # predecessor let the next launch overlap the previous kernel's tail.
         self.use_pdl = self._props["cc_major"] >= 9 and os.environ.get("FIXEDGRAPH_PDL", "1") != "0"
@@ -96,6 +125,8 @@ class CudaDevice:
                 except CudaError as exc:
                     raise CudaError(f"loading {path.name}", exc.code, exc.name, exc.text, detail=exc.detail) from None
             f = self._functions[entry] = self.drv.module_function(self._modules[module], entry)
+            if self._carveout is not None:
+                self.drv.function_set_carveout(f, self._carveout)
         return f
 
     def function_attributes(self, entry: str) -> dict:

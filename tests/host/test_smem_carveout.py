@@ -1,0 +1,53 @@
+"""FIXEDGRAPH_SMEM_CARVEOUT: parsed without a GPU, and applied to every kernel the CUDA backend
+loads (against a stand-in driver)."""
+import pytest
+
+from fixedgraph.backends.cuda import CudaDevice, smem_carveout
+
+
+@pytest.mark.parametrize("raw, want", [("max", 100), ("MAX", 100), ("default", None), ("-1", None), ("", None),
+                                       ("0", 0), ("64", 64), ("100", 100)])
+def test_values(monkeypatch, raw, want):
+    monkeypatch.setenv("FIXEDGRAPH_SMEM_CARVEOUT", raw)
+    assert smem_carveout() == want
+
+
+@pytest.mark.parametrize("raw", ["101", "-5", "half", "1.5"])
+def test_bad_values_name_the_variable_and_the_choices(monkeypatch, raw):
+    monkeypatch.setenv("FIXEDGRAPH_SMEM_CARVEOUT", raw)
+    with pytest.raises(ValueError, match=r"FIXEDGRAPH_SMEM_CARVEOUT=.*\"max\", \"default\" or a percent 0\.\.100"):
+        smem_carveout()
+
+
+class FakeDriver:
+    def __init__(self) -> None:
+        self.calls = []
+
+    def module_load(self, image):
+        return 7
+
+    def module_function(self, module, entry):
+        return 100 + len(self.calls)
+
+    def function_set_carveout(self, f, pct):
+        self.calls.append((f, pct))
+
+
+def device(carveout) -> CudaDevice:
+    dev = object.__new__(CudaDevice)  # no driver: only what function() reads
+    dev.drv, dev._modules, dev._functions, dev._carveout = FakeDriver(), {}, {}, carveout
+    return dev
+
+
+def test_every_loaded_kernel_gets_the_carveout_once():
+    dev = device(100)
+    f = dev.function("gemv", "gemv_bf16_vec")
+    assert dev.function("gemv", "gemv_bf16_vec") == f  # cached: set once
+    dev.function("gemv", "gemv_bf16")
+    assert [pct for _, pct in dev.drv.calls] == [100, 100]
+
+
+def test_no_preference_leaves_the_driver_alone():
+    dev = device(None)
+    dev.function("gemv", "gemv_bf16_vec")
+    assert dev.drv.calls == []
