@@ -72,6 +72,9 @@ class CudaDevice:
         self._host: list[int] = []
         self._props = self.drv.device_properties(ordinal)
         self._carveout = smem_carveout()  # read once per device, before any kernel is loaded
+        # FIXEDGRAPH_SMEM_CARVEOUT_ENTRIES="a,b": only those entries take it (an A/B knob)
+        names = os.environ.get("FIXEDGRAPH_SMEM_CARVEOUT_ENTRIES", "").strip()
+        self._carveout_entries = set(n.strip() for n in names.split(",") if n.strip()) or None
         # Programmatic dependent launch (Hopper+): graph edges into kernels that wait on their
         # predecessor let the next launch overlap the previous kernel's tail.
         self.use_pdl = self._props["cc_major"] >= 9 and os.environ.get("FIXEDGRAPH_PDL", "1") != "0"
@@ -125,7 +128,7 @@ class CudaDevice:
                 except CudaError as exc:
                     raise CudaError(f"loading {path.name}", exc.code, exc.name, exc.text, detail=exc.detail) from None
             f = self._functions[entry] = self.drv.module_function(self._modules[module], entry)
-            if self._carveout is not None:
+            if self._carveout is not None and (self._carveout_entries is None or entry in self._carveout_entries):
                 self.drv.function_set_carveout(f, self._carveout)
         return f
 

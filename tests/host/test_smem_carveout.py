@@ -33,9 +33,10 @@ class FakeDriver:
         self.calls.append((f, pct))
 
 
-def device(carveout) -> CudaDevice:
+def device(carveout, entries=None) -> CudaDevice:
     dev = object.__new__(CudaDevice)  # no driver: only what function() reads
     dev.drv, dev._modules, dev._functions, dev._carveout = FakeDriver(), {}, {}, carveout
+    dev._carveout_entries = entries
     return dev
 
 
@@ -51,3 +52,10 @@ def test_no_preference_leaves_the_driver_alone():
     dev = device(None)
     dev.function("gemv", "gemv_bf16_vec")
     assert dev.drv.calls == []
+
+
+def test_entry_list_limits_it():
+    dev = device(100, {"gemv_bf16_vec"})
+    dev.function("gemv", "gemv_bf16_vec")
+    dev.function("gemv", "gemv_bf16")
+    assert len(dev.drv.calls) == 1
