@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import prod
-from typing import Union
+from typing import Optional, Union
 
 from fixedgraph.errors import LaunchConfigError
 
@@ -57,12 +57,18 @@ class Launch:
     shared: int = 0  # dynamic shared memory bytes
     label: str = ""  # what this launch does in the model, for profiles and fault reports
     cluster: Dim3 = (1, 1, 1)  # thread-block cluster (sm_90); (1, 1, 1) is a plain launch
+    # preferred shared-memory carveout of this launch, percent of an SM's L1 / shared memory
+    # (None: the kernel's own preference); a hint the driver applies when it configures an SM
+    carveout: Optional[int] = None
 
     def __post_init__(self) -> None:
         self.grid = dim3(self.grid)
         self.block = dim3(self.block)
         self.cluster = dim3(self.cluster, "cluster")
         self.args = tuple(self.args)
+        if self.carveout is not None and not (isinstance(self.carveout, int) and 0 <= self.carveout <= 100):
+            raise LaunchConfigError(f"kernel {self.entry} ({self.label or 'unlabelled'}): carveout {self.carveout!r} "
+                                    "is not a percent 0..100 (None: no preference)")
         if self.cluster != (1, 1, 1):
             self._check_cluster()
 
@@ -108,12 +114,14 @@ class Program:
     name: str
     ops: list[Op] = field(default_factory=list)
 
-    def launch(self, entry: str, grid, block, args, shared: int = 0, label: str = "", *, cluster=None) -> int:
+    def launch(self, entry: str, grid, block, args, shared: int = 0, label: str = "", *, cluster=None,
+               carveout: Optional[int] = None) -> int:
         """Append a kernel launch; returns its op index (used to patch it later). ``cluster``
         groups CTAs into thread-block clusters (None: no cluster); each grid dimension must be
-        a multiple of the cluster's."""
+        a multiple of the cluster's. ``carveout``: this launch's preferred shared-memory carveout
+        (percent of the SM's L1 / shared memory; None: the kernel's own)."""
         cluster = (1, 1, 1) if cluster is None else cluster
-        self.ops.append(Launch(entry, grid, block, tuple(args), shared, label, cluster=cluster))
+        self.ops.append(Launch(entry, grid, block, tuple(args), shared, label, cluster=cluster, carveout=carveout))
         return len(self.ops) - 1
 
     def copy(self, dst: Ref, src: Union[Ref, Staging], nbytes: int, label: str = "") -> int:

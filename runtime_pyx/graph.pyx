@@ -28,6 +28,7 @@ cdef struct Op:
     unsigned int block[3]
     unsigned int cluster[3]  # thread-block cluster dims; (1, 1, 1) for a plain launch
     int clustered            # cluster size > 1: launched with the cluster attribute
+    int carveout             # preferred shared-memory carveout, percent (-1: the kernel's own)
     unsigned int shared
     char* argbuf          # packed parameter bytes (owned)
     void** params         # one pointer per parameter into argbuf (owned)
@@ -47,10 +48,23 @@ cdef inline void _cluster_attr(cydriver.CUlaunchAttribute* attr, Op* op) noexcep
     attr.value.clusterDim.z = op.cluster[2]
 
 
-cdef CUresult _launch_cluster(Op* op, cydriver.CUstream s) noexcept nogil:
-    cdef cydriver.CUlaunchAttribute attr
+cdef inline void _carveout_attr(cydriver.CUlaunchAttribute* attr, Op* op) noexcept nogil:
+    memset(attr, 0, sizeof(cydriver.CUlaunchAttribute))
+    attr.id = cydriver.CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+    attr.value.sharedMemCarveout = <unsigned int>op.carveout
+
+
+cdef CUresult _launch_ex(Op* op, cydriver.CUstream s) noexcept nogil:
+    """cuLaunchKernelEx with the launch's attributes (cluster dims, carveout)."""
+    cdef cydriver.CUlaunchAttribute attrs[2]
     cdef cydriver.CUlaunchConfig cfg
-    _cluster_attr(&attr, op)
+    cdef unsigned int n = 0
+    if op.clustered:
+        _cluster_attr(&attrs[n], op)
+        n += 1
+    if op.carveout >= 0:
+        _carveout_attr(&attrs[n], op)
+        n += 1
     memset(&cfg, 0, sizeof(cfg))
     cfg.gridDimX = op.grid[0]
     cfg.gridDimY = op.grid[1]
@@ -60,15 +74,15 @@ cdef CUresult _launch_cluster(Op* op, cydriver.CUstream s) noexcept nogil:
     cfg.blockDimZ = op.block[2]
     cfg.sharedMemBytes = op.shared
     cfg.hStream = s
-    cfg.attrs = &attr
-    cfg.numAttrs = 1
+    cfg.attrs = attrs
+    cfg.numAttrs = n
     return cydriver.cuLaunchKernelEx(&cfg, op.func, op.params, NULL)
 
 
 cdef inline CUresult _launch(Op* op, cydriver.CUstream s) noexcept nogil:
     if op.kind == KERNEL:
-        if op.clustered:
-            return _launch_cluster(op, s)
+        if op.clustered or op.carveout >= 0:
+            return _launch_ex(op, s)
         return cydriver.cuLaunchKernel(op.func, op.grid[0], op.grid[1], op.grid[2], op.block[0],
                                        op.block[1], op.block[2], op.shared, s, op.params, NULL)
     if op.kind == COPY_D2D:
@@ -109,11 +123,14 @@ cdef class OpList:
         return &self.ops[i]
 
     def add_kernel(self, size_t func, grid, block, unsigned int shared, bytes args, offsets, bint pdl=False,
-                   cluster=(1, 1, 1)):
+                   cluster=(1, 1, 1), int carveout=-1):
         """``pdl``: the kernel waits on its predecessor (griddepcontrol.wait) before reading
         anything, so the graph may launch it programmatically, overlapping the predecessor's tail.
         ``cluster``: thread-block cluster dims; a cluster of more than one CTA is launched with
-        cuLaunchKernelEx (eager) or a node attribute (graph)."""
+        cuLaunchKernelEx (eager) or a node attribute (graph). ``carveout``: the launch's preferred
+        shared-memory carveout in percent (-1: the kernel's own), the same way."""
+        if carveout < -1 or carveout > 100:
+            raise ValueError(f"carveout {carveout}: a percent 0..100, or -1 for none")
         cdef Op* op = self._push()
         cdef int i
         cdef size_t size = len(args)
@@ -125,6 +142,7 @@ cdef class OpList:
             op.block[i] = block[i]
             op.cluster[i] = cluster[i]
         op.clustered = op.cluster[0] * op.cluster[1] * op.cluster[2] > 1
+        op.carveout = carveout
         op.shared = shared
         op.nparams = len(offsets)
         op.argbuf = <char*>malloc(size if size else 1)
@@ -234,7 +252,7 @@ cdef class OpList:
 cdef str _launch_name(Op* op):
     if op.kind != KERNEL:
         return "cuMemcpyAsync"
-    return "cuLaunchKernelEx" if op.clustered else "cuLaunchKernel"
+    return "cuLaunchKernelEx" if op.clustered or op.carveout >= 0 else "cuLaunchKernel"
 
 
 cdef void _fill_kernel_params(cydriver.CUDA_KERNEL_NODE_PARAMS* p, Op* op) noexcept nogil:
@@ -305,6 +323,10 @@ cdef class GraphExec:
                     _cluster_attr(&attr, op)
                     r = cydriver.cuGraphKernelNodeSetAttribute(self.nodes[i], attr.id, &attr.value)
                     _check(r, "cuGraphKernelNodeSetAttribute(cluster)", i)
+                if op.carveout >= 0:  # a node attribute as well, kept by patches like the cluster
+                    _carveout_attr(&attr, op)
+                    r = cydriver.cuGraphKernelNodeSetAttribute(self.nodes[i], attr.id, &attr.value)
+                    _check(r, "cuGraphKernelNodeSetAttribute(carveout)", i)
             else:
                 _fill_copy_params(&cp, op)
                 r = cydriver.cuGraphAddMemcpyNode(&self.nodes[i], self.graph, NULL, 0, &cp, self.ctx)

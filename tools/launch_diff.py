@@ -45,7 +45,8 @@ def launch_lines(model: str, max_model_len: int) -> list[str]:
         for op in dec.decode_program(1, False, ctx).launches:
             layerless = [re.sub(r"L\d+\.", "L#.", repr(a)) for a in op.args]  # pointers: which region
             label = re.sub(r"L\d+\.", "L#.", op.label)
-            counts[f"ctx {ctx} {label} {op.entry} grid={op.grid} block={op.block} shared={op.shared} "
+            carveout = "" if op.carveout is None else f" carveout={op.carveout}"
+            counts[f"ctx {ctx} {label} {op.entry} grid={op.grid} block={op.block} shared={op.shared}{carveout} "
                    f"args=({', '.join(layerless)})"] += 1
     return [f"{n} x {line}" for line, n in sorted(counts.items())]
 

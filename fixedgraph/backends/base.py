@@ -99,7 +99,7 @@ class Bound:
             raise ValueError(f"op {index} of {self.program.name} is a copy, not a launch")
         launch = Launch(old.op.entry, grid or old.op.grid, old.op.block,
                         tuple(args) if args is not None else old.op.args, old.op.shared, old.op.label,
-                        cluster=old.op.cluster)
+                        cluster=old.op.cluster, carveout=old.op.carveout)
         new = bind_launch(launch, self.resolve)
         self.ops[index] = new
         return new
@@ -166,8 +166,9 @@ def describe_launch(index: int, b: BoundLaunch) -> str:
     args = ", ".join(f"{n}={hex(v) if p.bits == 64 and p.kind != 'f' else v}"
                      for n, p, v in zip(names, b.entry.params, b.values))
     cluster = f" cluster={b.op.cluster}" if b.op.cluster_size > 1 else ""
+    carveout = f" carveout={b.op.carveout}%" if b.op.carveout is not None else ""
     return (f"op {index} kernel {b.entry.name}{' [' + b.op.label + ']' if b.op.label else ''} "
-            f"grid={b.op.grid} block={b.op.block}{cluster} shared={b.op.shared} args({args})")
+            f"grid={b.op.grid} block={b.op.block}{cluster} shared={b.op.shared}{carveout} args({args})")
 
 
 def write_rows(arena: Arena, name: str, row: int, array: np.ndarray) -> None:

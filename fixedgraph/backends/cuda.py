@@ -183,7 +183,8 @@ class CudaDevice:
         for op in bound.ops:
             if isinstance(op, BoundLaunch):
                 ops.add_kernel(self._prepare(op), op.op.grid, op.op.block, op.op.shared, op.packed, op.offsets,
-                               op.entry.waits, cluster=op.op.cluster)
+                               op.entry.waits, cluster=op.op.cluster,
+                               carveout=-1 if op.op.carveout is None else op.op.carveout)
             else:
                 ops.add_copy(op.dst, op.src, op.op.nbytes, op.src_is_host)
         return ops

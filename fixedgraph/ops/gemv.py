@@ -179,6 +179,25 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
     return default
 
 
+def preloaded_carveout(depth: int, share: int) -> int | None:
+    """The carveout (percent) a plain launch asks for: 100, the most shared memory, when its
+    warps preload their whole share of W (``depth >= share``), so nothing streams through L1
+    after its wait; else None (the kernel's own, which keeps L1 room for the streamed loads:
+    max shared on every launch made Qwen3-8B 38% slower). FIXEDGRAPH_GEMV_CARVEOUT ("max",
+    the default, or "default": never) turns it off.
+
+    Why: an SM's shared-memory size is set only while it is idle, and the driver sizes it per
+    kernel for that kernel's own occupancy (164 KiB for 0.6B's o_proj / down_proj), so under PDL
+    the next launches' CTAs (77 KiB each) cannot land beside them and pack three to an SM
+    elsewhere (0.6B's qkv on 49 SMs): max shared on these launches spreads qkv to ~75 SMs and
+    gate_up to ~110 (docs/BENCHMARKS.md session 19: 0.640 -> 0.6375 ms/token)."""
+    raw = os.environ.get("FIXEDGRAPH_GEMV_CARVEOUT", "max").strip().lower()
+    if raw not in ("max", "default"):
+        raise ValueError(f"FIXEDGRAPH_GEMV_CARVEOUT={raw!r}: use \"max\" (fully preloaded plain GEMVs prefer "
+                         "the most shared memory) or \"default\" (the kernel's own)")
+    return 100 if raw == "max" and depth >= share >= 1 else None
+
+
 def narrow_enabled() -> bool:
     """FIXEDGRAPH_GEMV_NARROW (default NARROW_DEFAULT): plain GEMVs that gemv_warps gives 512
     threads (small N, long K: 0.6B o_proj / down_proj) take 256, half an SM's registers, with a
@@ -280,8 +299,11 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         raise ValueError(f"gemv: a W preload of {shared} bytes does not fit a CTA's {SMEM_PER_BLOCK - STATIC_SMEM}; "
                          "give fewer batches (preload=True picks what fits)")
+    depth = preload_depth(rows, N, K, False, warps, S) if preload is True else int(preload)
+    carveout = preloaded_carveout(depth, share_batches(N, K, warps, S, fused=False)) if vec_path(K, x, w) else None
     return prog.launch(entry, (gemv_grid(N, K, S, warps), 1, 1), (32 * warps, 1, 1),
-                       (out, x, w, _ptr(bias), rows, N, K, S), shared=shared, label=label or entry)
+                       (out, x, w, _ptr(bias), rows, N, K, S), shared=shared, label=label or entry,
+                       carveout=carveout)
 
 
 def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: int, eps: float | None,

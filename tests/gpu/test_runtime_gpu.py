@@ -190,6 +190,36 @@ def test_cluster_launch_eager_graph_pdl_and_patch(cuda, grid, block, cluster):
     assert not a.read("out").any() and not a.read("copy").any()  # cleared, and the probe moved
 
 
+@pytest.mark.parametrize("carveout", [0, 100])
+def test_carveout_launches_eager_graph_and_patch(cuda, rng, carveout):
+    """Launches with a preferred carveout (cuLaunchKernelEx eager, a node attribute in the graph),
+    one also in a cluster, between plain PDL launches: the same results, and a patched node runs."""
+    a = arena(cuda)
+    x, y = rng.standard_normal(4096).astype(np.float32), rng.standard_normal(4096).astype(np.float32)
+    a.write("x", x)
+    a.write("y", y)
+    words = 2 * 4
+    p = Program("carveout")
+    p.launch("axpy_f32", 16, 256, [Ref("y"), Ref("x"), 2.0, 4096], carveout=carveout)
+    p.launch("cluster_probe", (4, 1, 1), 32, [Ref("log")], label="probe", cluster=(4, 1, 1), carveout=carveout)
+    p.launch("copy_f32", 16, 256, [Ref("z"), Ref("y"), 4096], carveout=carveout)
+    bound = cuda.bind(p, a)
+    cuda.run(bound, checked=True)
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("z"), 2 * x + y, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(a.read("log")[:words], cluster_expected((4, 1, 1), (4, 1, 1)))
+    a.write("y", y)
+    a.fill("z", 0)
+    g = cuda.graph(bound)
+    g.launch()
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("z"), 2 * x + y, rtol=1e-5, atol=1e-5)
+    g.patch(0, args=[Ref("y"), Ref("x"), -1.0, 4096])
+    g.launch()
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("z"), x + y, rtol=1e-5, atol=1e-5)
+
+
 def test_cluster_limits(cuda):
     """16 CTAs of 1024 threads with nearly all shared memory still fit (one CTA per SM, opted in
     to non-portable sizes); 32 CTAs or a grid that does not divide are refused up front."""

@@ -59,3 +59,38 @@ def test_entry_list_limits_it():
     dev.function("gemv", "gemv_bf16_vec")
     dev.function("gemv", "gemv_bf16")
     assert len(dev.drv.calls) == 1
+
+
+# ---- per launch: fully preloaded plain GEMVs ask for the most shared memory ----------------------
+
+from fixedgraph.errors import LaunchConfigError  # noqa: E402
+from fixedgraph.ops import gemv as gemv_ops  # noqa: E402
+from fixedgraph.program import Program, Ref  # noqa: E402
+
+
+def plain_launch(N, K, **kw):
+    p = Program("g")
+    i = gemv_ops.gemv(p, Ref("out"), Ref("x"), Ref("w"), None, 1, N, K, **kw)
+    return p.ops[i]
+
+
+def test_whole_share_preloaded_takes_max_shared(monkeypatch):
+    monkeypatch.delenv("FIXEDGRAPH_GEMV_CARVEOUT", raising=False)
+    assert plain_launch(1024, 3072).carveout == 100  # Qwen3-0.6B down_proj: 2 of 2 batches preloaded
+    assert plain_launch(4096, 12288).carveout is None  # Qwen3-8B down_proj: 1 of 6, the rest streams
+    assert plain_launch(1024, 3072, preload=False).carveout is None
+    assert plain_launch(1024, 3001).carveout is None  # K % 8 != 0: the scalar body preloads nothing
+
+
+def test_knob_turns_it_off_and_rejects_junk(monkeypatch):
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CARVEOUT", "default")
+    assert plain_launch(1024, 3072).carveout is None
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CARVEOUT", "most")
+    with pytest.raises(ValueError, match=r"FIXEDGRAPH_GEMV_CARVEOUT='most'.*\"max\".*\"default\""):
+        plain_launch(1024, 3072)
+
+
+@pytest.mark.parametrize("bad", [-1, 101, 50.5])
+def test_launch_carveout_is_a_percent(bad):
+    with pytest.raises(LaunchConfigError, match=r"carveout .* is not a percent 0\.\.100"):
+        Program("p").launch("copy_f32", 1, 32, [Ref("a"), Ref("b"), 1], carveout=bad)
