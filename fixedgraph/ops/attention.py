@@ -64,21 +64,6 @@ def decode_shared_bytes(D: int) -> int:
     return 0 if D > 128 else DECODE_STAGES * 2 * DECODE_TILE_KEYS * (D + 8) * 2
 
 
-def decode_launch_shared(D: int) -> int:
-    """What a decode attention launch asks for: decode_shared_bytes, or FIXEDGRAPH_ATTN_SMEM bytes
-    when more (an A/B knob: a CTA that takes most of an SM's shared memory keeps the next
-    launches' CTAs, and their weight preloads, off its SM; the kernel uses only what it needs)."""
-    need = decode_shared_bytes(D)
-    raw = os.environ.get("FIXEDGRAPH_ATTN_SMEM", "0")
-    try:
-        want = int(raw)
-    except ValueError:
-        raise ValueError(f"FIXEDGRAPH_ATTN_SMEM={raw!r}: give a byte count (0: what the kernel needs)") from None
-    if not 0 <= want <= 227 * 1024 - 8192:
-        raise ValueError(f"FIXEDGRAPH_ATTN_SMEM={want}: give 0..{227 * 1024 - 8192} bytes")
-    return max(need, want)
-
-
 def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132) -> int:
     """Splits per (row, kv head) so that the longest context puts about two CTAs on every SM.
 
@@ -154,7 +139,7 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
     args = (out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, int(rows),
             int(max_blocks), int(block_size), int(Hq), int(Hkv), int(D), S, float(scale))
     return prog.launch(f"paged_attention_decode_d{D}", (Hkv, rows, S), (DECODE_THREADS, 1, 1),
-                       args, shared=decode_launch_shared(D), label=label)
+                       args, shared=decode_shared_bytes(D), label=label)
 
 
 def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None, k_norm: Arg | None,
@@ -194,7 +179,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
             int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
     return prog.launch(f"paged_attention_decode_rope_d{D}", (Hkv, rows, int(num_splits)),
-                       (DECODE_THREADS, 1, 1), args, shared=decode_launch_shared(D), label=label)
+                       (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D), label=label)
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,
