@@ -309,7 +309,10 @@ struct GemvShared {
   float norm[9][GEMV_MAX_WARPS];   // [8 rows][warps] sums of squares, [8][r]: 1/rms (rmsnorm)
 };
 
-// The lean entries signal their dependents early (gemv.cuh: HwGridEarly); the others after their wait.
+// EARLY (default: LEAN): the entry signals its dependents at its start (gemv.cuh: HwGridEarly),
+// else after its wait. The lean entries are early but norm + gate_up + SiLU: with it late the
+// down_proj launch (and its 6-12 MB W copy) waits for the MLP's wait instead of landing during
+// o_proj, and 0.6B runs 0.3% faster (docs/BENCHMARKS.md sessions 18-19, five rounds).
 template <bool LEAN> struct LeanGrid { using type = HwGrid; };
 template <> struct LeanGrid<true> { using type = HwGridEarly; };
 
@@ -318,12 +321,12 @@ template <> struct LeanGrid<true> { using type = HwGridEarly; };
 // the code a CTA runs after its PDL wait is about a third of the generic entry's (instruction
 // fetch: every layer cycles its kernels' code through each SM); a launch it does not fit traps
 // (the launcher never makes one: fixedgraph/ops/gemv.py's vec_path / row_path).
-template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false>
+template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false, bool EARLY = LEAN>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                               float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{}) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
-    gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<LEAN>::type>(out, x, W, bias, rows, N, K,
+    gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<EARLY>::type>(out, x, W, bias, rows, N, K,
                                                                                      split, red, pro, epi);
   else if constexpr (LEAN)
     __trap();
@@ -331,23 +334,23 @@ __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf
     gemv_body<false, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
 }
 
-template <bool F32OUT, bool LEAN = false>
+template <bool F32OUT, bool LEAN = false, bool EARLY = LEAN>
 __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                            uint32_t rows, uint32_t N, uint32_t K, uint32_t split) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
-  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, LEAN>(
+  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, LEAN, EARLY>(
       out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
 }
 
-template <int MODE, bool LEAN = false>
+template <int MODE, bool LEAN = false, bool EARLY = LEAN>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
                                                    uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
   auto pro = [&]() { rmsnorm_prologue<LEAN>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
-  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN>(out, gemv_xs, W, bias, rows, N, K, split,
+  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN, EARLY>(out, gemv_xs, W, bias, rows, N, K, split,
                                                                           sh.red, pro);
 }
 
@@ -444,7 +447,8 @@ gemv_rmsnorm_silu_bf16_row(bf16* __restrict__ out, const float* __restrict__ hid
                            const bf16* __restrict__ norm_w, const bf16* __restrict__ W, const bf16* __restrict__ bias,
                            unsigned int rows, unsigned int N, unsigned int K, unsigned int split,
                            float eps) { FG_KERNEL_BEGIN();
-  gemv_rmsnorm_entry<OUT_SILU, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
+  gemv_rmsnorm_entry<OUT_SILU, true, /*EARLY=*/false>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K,
+                                                      split, eps);
 }
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].

@@ -10,8 +10,9 @@
 // grid is never starved of slots by waiters, since its successor launches only after all of its
 // own CTAs are running. Most kernels signal right after their wait (FG_PDL_WAIT): "late", the
 // successor launches only once this grid's predecessor has completed. The decode chain's lean
-// GEMV entries signal at their start (FG_PDL_TRIGGER, then FG_PDL_WAIT_ONLY): "early", so their
-// successor copies its weights a launch sooner, and several grids may wait at once.
+// GEMV entries but norm + gate_up + SiLU (gemv.cu's LeanGrid) signal at their start
+// (FG_PDL_TRIGGER, then FG_PDL_WAIT_ONLY): "early", so their successor copies its weights a
+// launch sooner, and several grids may wait at once.
 // The rule that keeps reads before a wait sound: a kernel reads before its wait only constants
 // (weights) or data written by grids that precede the nearest late-signalling grid before it
 // (that grid's CTAs passed their wait, so its predecessor and everything earlier completed). The

@@ -86,6 +86,7 @@ def test_ptx_entries_say_when_they_signal():
 
 def test_committed_ptx_early_entries_are_the_lean_gemvs():
     early = {name for name, (_, e) in entry_index().items() if e.signals_early}
-    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "gemv_rmsnorm_silu_bf16_row"}
+    # the lean GEMVs but norm + gate_up + SiLU (late: measured faster, gemv.cu's LeanGrid)
+    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row"}
     for name in (f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128)):
         assert not entry_index()[name][1].signals_early
