@@ -179,19 +179,24 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
     return default
 
 
-def preloaded_carveout(depth: int, share: int) -> int | None:
-    """The carveout (percent) a plain launch asks for: 100, the most shared memory, when its
-    warps preload their whole share of W (``depth >= share``), so nothing streams through L1
-    after its wait; else None (the kernel's own, which keeps L1 room for the streamed loads:
-    max shared on every launch made Qwen3-8B 38% slower). FIXEDGRAPH_GEMV_CARVEOUT ("max",
-    the default, or "default": never) turns it off.
+CARVEOUT_DEFAULT = "default"  # FIXEDGRAPH_GEMV_CARVEOUT's default (preloaded_carveout): off, see below
 
-    Why: an SM's shared-memory size is set only while it is idle, and the driver sizes it per
-    kernel for that kernel's own occupancy (164 KiB for 0.6B's o_proj / down_proj), so under PDL
-    the next launches' CTAs (77 KiB each) cannot land beside them and pack three to an SM
-    elsewhere (0.6B's qkv on 49 SMs): max shared on these launches spreads qkv to ~75 SMs and
-    gate_up to ~110 (docs/BENCHMARKS.md session 19: 0.640 -> 0.6375 ms/token)."""
-    raw = os.environ.get("FIXEDGRAPH_GEMV_CARVEOUT", "max").strip().lower()
+
+def preloaded_carveout(depth: int, share: int) -> int | None:
+    """The carveout (percent) a plain launch asks for: with FIXEDGRAPH_GEMV_CARVEOUT=max, 100
+    (the most shared memory) when its warps preload their whole share of W (``depth >=
+    share``), so nothing streams through L1 after its wait; else None, the kernel's own (which
+    keeps L1 room for streamed loads: max shared on every kernel made Qwen3-8B 38% slower).
+    Default "default": never (measured below).
+
+    Why it exists: an SM's shared-memory size is set only while it is idle, and the driver sizes
+    it per kernel for that kernel's own occupancy (0.6B's o_proj / down_proj), so under PDL the
+    next launches' 77 KiB CTAs cannot land beside them and pack three to an SM elsewhere (0.6B's
+    qkv on 49 SMs). The same preference as a *function* attribute of gemv_bf16_vec spread qkv
+    to ~75 SMs and gate_up to ~110 and ran 0.6B 0.4% faster; as this per-launch attribute (a
+    graph node attribute) it ran 0.6B 3% slower (docs/BENCHMARKS.md session 19), so it stays an
+    A/B knob until that difference is understood."""
+    raw = os.environ.get("FIXEDGRAPH_GEMV_CARVEOUT", CARVEOUT_DEFAULT).strip().lower()
     if raw not in ("max", "default"):
         raise ValueError(f"FIXEDGRAPH_GEMV_CARVEOUT={raw!r}: use \"max\" (fully preloaded plain GEMVs prefer "
                          "the most shared memory) or \"default\" (the kernel's own)")

@@ -74,15 +74,20 @@ def plain_launch(N, K, **kw):
     return p.ops[i]
 
 
-def test_whole_share_preloaded_takes_max_shared(monkeypatch):
+def test_default_is_no_preference(monkeypatch):
     monkeypatch.delenv("FIXEDGRAPH_GEMV_CARVEOUT", raising=False)
+    assert plain_launch(1024, 3072).carveout is None
+
+
+def test_whole_share_preloaded_takes_max_shared(monkeypatch):
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_CARVEOUT", "max")
     assert plain_launch(1024, 3072).carveout == 100  # Qwen3-0.6B down_proj: 2 of 2 batches preloaded
     assert plain_launch(4096, 12288).carveout is None  # Qwen3-8B down_proj: 1 of 6, the rest streams
     assert plain_launch(1024, 3072, preload=False).carveout is None
     assert plain_launch(1024, 3001).carveout is None  # K % 8 != 0: the scalar body preloads nothing
 
 
-def test_knob_turns_it_off_and_rejects_junk(monkeypatch):
+def test_knob_off_and_junk(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_GEMV_CARVEOUT", "default")
     assert plain_launch(1024, 3072).carveout is None
     monkeypatch.setenv("FIXEDGRAPH_GEMV_CARVEOUT", "most")
