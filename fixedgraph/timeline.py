@@ -226,6 +226,75 @@ def chrome_trace(records: np.ndarray, launches: list[tuple[int, str, str, int]])
     return json.dumps({"traceEvents": meta + events, "displayTimeUnit": "ns"})
 
 
+def sm_placement(records: np.ndarray, launches: list[tuple[int, str, str, int]], ahead: int = 3) -> list[dict]:
+    """Where each entry's CTAs sat, means over its launches: the SMs a launch used, the share of
+    its CTAs on an SM holding 1 / 2 / 3+ CTAs of the same launch (a launch is as fast as its most
+    crowded SM), and for k = 1..``ahead`` the share of its CTAs whose SM held, at the same time, a
+    CTA of the launch k later (whose weight preloads then share that SM's memory pipe)."""
+    parts = assign(records, launches)
+    return _placement([(entry, r["sm"], r["t0"], r["t1"]) for (_, _, entry, _), r in zip(launches, parts)], ahead)
+
+
+def sm_placement_from_trace(trace: dict, ahead: int = 3) -> list[dict]:
+    """sm_placement from a saved chrome_trace (its CTA slices: launch index and label, SM, start,
+    duration), for timelines whose raw records were not kept."""
+    by_launch: dict[int, list] = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X":
+            by_launch.setdefault(int(e["name"].split(" ", 1)[0]), []).append(e)
+    per = []
+    for i in sorted(by_launch):
+        es = by_launch[i]
+        per.append((es[0]["cat"], np.array([e["tid"] for e in es]), np.array([e["ts"] for e in es]),
+                    np.array([e["ts"] + e["dur"] for e in es])))
+    return _placement(per, ahead)
+
+
+def _placement(per_launch: list[tuple], ahead: int) -> list[dict]:
+    """per_launch: (entry, SM per CTA, start per CTA, end per CTA) in program order."""
+    rows: dict[str, dict] = {}
+    for i, (entry, sm, start, end) in enumerate(per_launch):
+        if not len(sm):
+            continue
+        sms = np.asarray(sm).astype(np.int64)
+        _, inverse, counts = np.unique(sms, return_inverse=True, return_counts=True)
+        per_cta = counts[inverse]  # CTAs of this launch on each CTA's SM
+        row = rows.setdefault(entry, {"entry": entry, "launches": 0, "ctas": 0, "sms": 0.0,
+                                      "stack": [0.0, 0.0, 0.0], "shared_with": [0.0] * ahead})
+        row["launches"] += 1
+        row["ctas"] = len(sms)
+        row["sms"] += len(counts)
+        for j, lo, hi in ((0, 1, 1), (1, 2, 2), (2, 3, 1 << 30)):
+            row["stack"][j] += float(np.mean((per_cta >= lo) & (per_cta <= hi)))
+        t0, t1 = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+        for k in range(1, ahead + 1):
+            if i + k >= len(per_launch) or not len(per_launch[i + k][1]):
+                continue
+            _, osm, o0, o1 = per_launch[i + k]
+            osm, o0, o1 = np.asarray(osm).astype(np.int64), np.asarray(o0, np.float64), np.asarray(o1, np.float64)
+            hit = (sms[:, None] == osm[None, :]) & (t0[:, None] < o1[None, :]) & (o0[None, :] < t1[:, None])
+            row["shared_with"][k - 1] += float(np.mean(hit.any(axis=1)))
+    out = []
+    for row in rows.values():
+        n = row["launches"]
+        out.append({"entry": row["entry"], "launches": n, "ctas": row["ctas"], "sms": row["sms"] / n,
+                    "stack": [v / n for v in row["stack"]], "shared_with": [v / n for v in row["shared_with"]]})
+    return out
+
+
+def placement_table(rows: list[dict]) -> str:
+    ahead = len(rows[0]["shared_with"]) if rows else 0
+    lines = [f"{'entry':34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'1/SM':>5s} {'2/SM':>5s} {'3+/SM':>5s}   "
+             + " ".join(f"{'+' + str(k):>5s}" for k in range(1, ahead + 1))
+             + "   (CTAs on an SM holding 1 / 2 / 3+ CTAs of their launch; +k: CTAs whose SM held a CTA of "
+             "the launch k later at the same time; means over launches)"]
+    for r in rows:
+        lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} "
+                     + " ".join(f"{100 * v:4.0f}%" for v in r["stack"]) + "   "
+                     + " ".join(f"{100 * v:4.0f}%" for v in r["shared_with"]))
+    return "\n".join(lines)
+
+
 def to_json(times: list[LaunchTimes]) -> list[dict]:
     return [asdict(t) for t in times]
 

@@ -118,3 +118,30 @@ def test_wait_spread_is_the_median_ctas_last_warp_after_its_first():
     (n,) = timeline.launch_times(timeline.parse_records(np.array([_rec("N", 0, 0, 0, 0, 10, twl=0)], dtype=np.uint64)),
                                  [(0, "n", "N", 1)])
     assert n.wait_spread_us is None
+
+
+def test_sm_placement_counts_stacking_and_sharing(tmp_path):
+    # A: CTAs 0, 1 on SM 0 and CTA 2 on SM 1; B (next launch): one CTA on SM 1 while A's CTA 2 runs,
+    # one on SM 2; then A again, its two CTAs on SMs 3 and 4
+    rows = [_rec("A", 0, 0, 1000, 1100, 3000), _rec("A", 0, 1, 1010, 1100, 3000), _rec("A", 1, 2, 1020, 1100, 3000),
+            _rec("B", 1, 0, 2000, 3100, 4000), _rec("B", 2, 1, 2100, 3100, 4000),
+            _rec("A", 3, 0, 4100, 4200, 5000), _rec("A", 4, 1, 4150, 4200, 5000)]
+    recs = timeline.parse_records(np.array(rows, dtype=np.uint64))
+    launches = [(1, "a0", "A", 3), (2, "b", "B", 2), (3, "a1", "A", 2)]
+    got = {r["entry"]: r for r in timeline.sm_placement(recs, launches, ahead=2)}
+    a, b = got["A"], got["B"]
+    assert a["launches"] == 2 and a["sms"] == pytest.approx((2 + 2) / 2)
+    assert a["stack"] == pytest.approx([(1 / 3 + 1) / 2, (2 / 3 + 0) / 2, 0.0])  # 2 of 3 stacked in launch 1
+    assert a["shared_with"][0] == pytest.approx((1 / 3 + 0) / 2)  # CTA 2 beside B's CTA on SM 1
+    assert b["stack"] == [1.0, 0.0, 0.0] and b["shared_with"] == [0.0, 0.0]
+    # the same from the saved Perfetto trace (what tools/timeline_sm.py reads)
+    trace = json.loads(timeline.chrome_trace(recs, launches))
+    again = {r["entry"]: r for r in timeline.sm_placement_from_trace(trace, ahead=2)}
+    for e in ("A", "B"):
+        assert again[e]["stack"] == pytest.approx(got[e]["stack"])
+        assert again[e]["shared_with"] == pytest.approx(got[e]["shared_with"])
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "timeline_sm.py"), str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "3+/SM" in out and "A" in out
