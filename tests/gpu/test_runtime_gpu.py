@@ -20,6 +20,20 @@ def arena(cuda, n=4096):
     return cuda.arena(plan)
 
 
+def graph_axpy_then_patch(cuda, bound, a, x, y):
+    """Replay a program whose op 0 is y += 2x and whose last op copies y to z, check z, patch op 0
+    to y -= x, replay and check again; returns the graph."""
+    g = cuda.graph(bound)
+    g.launch()
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("z"), 2 * x + y, rtol=1e-5, atol=1e-5)
+    g.patch(0, args=[Ref("y"), Ref("x"), -1.0, 4096])
+    g.launch()
+    cuda.synchronize()
+    np.testing.assert_allclose(a.read("z"), x + y, rtol=1e-5, atol=1e-5)
+    return g
+
+
 def test_patch_changes_next_replay_and_only_that_node(cuda, rng):
     a = arena(cuda)
     x, y = rng.standard_normal(4096).astype(np.float32), rng.standard_normal(4096).astype(np.float32)
@@ -29,14 +43,7 @@ def test_patch_changes_next_replay_and_only_that_node(cuda, rng):
     p.launch("axpy_f32", 16, 256, [Ref("y"), Ref("x"), 2.0, 4096])
     p.launch("copy_f32", 16, 256, [Ref("z"), Ref("y"), 4096])
     bound = cuda.bind(p, a)
-    g = cuda.graph(bound)
-    g.launch()
-    cuda.synchronize()
-    np.testing.assert_allclose(a.read("z"), 2 * x + y, rtol=1e-5, atol=1e-6)
-    g.patch(0, args=[Ref("y"), Ref("x"), -1.0, 4096])
-    g.launch()
-    cuda.synchronize()
-    np.testing.assert_allclose(a.read("z"), x + y, rtol=1e-5, atol=1e-5)
+    g = graph_axpy_then_patch(cuda, bound, a, x, y)
     # node 1 was not patched: redirect it and check node 0 kept its patched value
     g.patch(1, args=[Ref("x"), Ref("y"), 4096])  # now copies y -> x
     g.launch()
@@ -210,14 +217,7 @@ def test_carveout_launches_eager_graph_and_patch(cuda, rng, carveout):
     assert np.array_equal(a.read("log")[:words], cluster_expected((4, 1, 1), (4, 1, 1)))
     a.write("y", y)
     a.fill("z", 0)
-    g = cuda.graph(bound)
-    g.launch()
-    cuda.synchronize()
-    np.testing.assert_allclose(a.read("z"), 2 * x + y, rtol=1e-5, atol=1e-5)
-    g.patch(0, args=[Ref("y"), Ref("x"), -1.0, 4096])
-    g.launch()
-    cuda.synchronize()
-    np.testing.assert_allclose(a.read("z"), x + y, rtol=1e-5, atol=1e-5)
+    graph_axpy_then_patch(cuda, bound, a, x, y)
 
 
 def test_cluster_limits(cuda):
