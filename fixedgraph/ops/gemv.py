@@ -296,16 +296,17 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     """
     rows, N, K = _check("gemv", rows, N, K)
     entry = "gemv_bf16_f32out" if out_f32 else "gemv_bf16"
-    if entry == "gemv_bf16" and lean_enabled(lean) and vec_path(K, x, w):
+    vec = vec_path(K, x, w)  # the 16-byte body, the only one that preloads
+    if entry == "gemv_bf16" and lean_enabled(lean) and vec:
         entry = "gemv_bf16_vec"
     warps = plain_warps(N, K, narrow)
     S = _split_arg(N, K, split, warps)
-    shared = launch_shared(rows, N, K, False, preload, warps, S)
+    depth = preload_depth(rows, N, K, False, warps, S) if preload is True else int(preload)
+    shared = launch_shared(rows, N, K, False, depth, warps, S)
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         raise ValueError(f"gemv: a W preload of {shared} bytes does not fit a CTA's {SMEM_PER_BLOCK - STATIC_SMEM}; "
                          "give fewer batches (preload=True picks what fits)")
-    depth = preload_depth(rows, N, K, False, warps, S) if preload is True else int(preload)
-    carveout = preloaded_carveout(depth, share_batches(N, K, warps, S, fused=False)) if vec_path(K, x, w) else None
+    carveout = preloaded_carveout(depth, share_batches(N, K, warps, S, fused=False)) if vec else None
     return prog.launch(entry, (gemv_grid(N, K, S, warps), 1, 1), (32 * warps, 1, 1),
                        (out, x, w, _ptr(bias), rows, N, K, S), shared=shared, label=label or entry,
                        carveout=carveout)
@@ -313,9 +314,10 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
 
 def fused_per_sm() -> int:
     """FIXEDGRAPH_GEMV_FUSED_PER_SM (A/B knob, default 0: no limit): at most this many CTAs of a
-    one-row fused launch (``*_row``: norm + qkv / gate_up) on one SM, by asking for a little more shared memory than the launch uses (see
-    per_sm_shared). Under PDL the next launch's CTAs fill each SM that frees as deep as they fit:
-    0.6B's qkv and gate_up sit three to an SM on a third of the GPU (docs/BENCHMARKS.md session 19)."""
+    one-row fused launch (``*_row``: norm + qkv / gate_up) on one SM, by asking for a little more
+    shared memory than the launch uses (per_sm_shared). Under PDL the next launch's CTAs fill each
+    SM that frees as deep as they fit: 0.6B's qkv and gate_up sit three to an SM on a third of the
+    GPU (docs/BENCHMARKS.md session 19)."""
     raw = os.environ.get("FIXEDGRAPH_GEMV_FUSED_PER_SM", "0").strip()
     if raw not in ("0", "1", "2", "3"):
         raise ValueError(f"FIXEDGRAPH_GEMV_FUSED_PER_SM={raw!r}: use 0 (no limit) or 1..3 CTAs per SM")
@@ -455,4 +457,3 @@ def gemv_rmsnorm_argmax(prog: Program, logits: Arg, tokens: Arg, ring: Arg | Non
             hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
     # the kernel always takes gemv_split's k split (the grid here assumes the same)
     return _fused_launch(prog, "gemv_rmsnorm_argmax", head, rows, N, K, eps, label, None, takes_split=False)
-
