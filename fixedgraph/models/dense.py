@@ -224,7 +224,14 @@ class DenseDecoder:
                                    Ref(L + "gate_up_w"), None, rows, I, H, c.rms_norm_eps,
                                    label=f"{L}norm+gate_up_proj+silu")
             cur, other = other, cur
-            gemv.gemv(prog, Ref("delta"), Ref("act"), Ref(L + "down_w"), None, rows, H, I, label=f"{L}down_proj")
+            # The last down_proj signals late (the generic entry, same bits): the head's CTAs
+            # then launch once norm + gate_up has left its SMs idle, so each SM takes the head's
+            # own L1 / shared split. Launched early, they landed beside exiting gate_up CTAs on
+            # SMs split for three 77 KiB CTAs (28 KiB of L1 for the head's streamed loads) and
+            # ran 1.8x slower there (docs/BENCHMARKS.md, session 20).
+            last = i == c.num_layers - 1
+            gemv.gemv(prog, Ref("delta"), Ref("act"), Ref(L + "down_w"), None, rows, H, I,
+                      label=f"{L}down_proj", lean=False if last else None)
         return cur
 
     def _head(self, prog: Program, x: Ref, rows: int, mref, sampling: bool) -> None:
