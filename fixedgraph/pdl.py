@@ -26,7 +26,7 @@ from fixedgraph.errors import LaunchConfigError
 # reads the staged seq_len / block_table / slots and its layer's K/V pools (decode_tc in
 # ptx/src/attention_decode.cuh).
 PRE_WAIT_READERS = frozenset(f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128))
-STAGED_WRITERS = frozenset({"stage_meta", "stage_meta_ring"})  # write the step's staged metadata
+STAGED_WRITERS = frozenset({"stage_meta", "stage_meta_ring", "stage_meta_ring_embed"})  # write the step's staged metadata
 POOL_WRITERS = frozenset({*PRE_WAIT_READERS, "qk_norm_rope_kv"})  # write k_pool / v_pool (their args)
 POOL_PARAMS = ("k_pool", "v_pool")
 

@@ -104,6 +104,8 @@ def node_cost(b: BoundLaunch, context: int) -> tuple[int, int]:
         return a["rows"] * a["V"] * 4, 0
     if e in ("stage_meta", "stage_meta_ring"):
         return a["words"] * 8, 0
+    if e == "stage_meta_ring_embed":  # the slot over PCIe and into the region, then the rows
+        return a["words"] * 8 + a["rows"] * a["H"] * 6, 0
     if e == "gather_rows_bf16":
         return rows * a["H"] * 4, 0
     return 0, 0

@@ -20,6 +20,10 @@ from fixedgraph.program import HostPtr, Program, Ref
 
 STAGING = "staging"  # host buffer names the programs bind to
 RING = "ring"
+# A decode step's staged bytes up to which its first op stages them and gathers the embedding in
+# one launch (stage_meta_ring_embed holds the slot in shared memory); larger blobs (long contexts
+# at wide batches) take stage_meta_ring and embed_gather.
+STAGE_EMBED_MAX_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,11 +207,12 @@ class DenseDecoder:
             s.max_blocks, s.block_size, self.Hq, self.Hkv, self.D, self.scale, c.rms_norm_eps, S,
             label=f"{L}qk_norm_rope+attention")
 
-    def _fused_layers(self, prog: Program, rows: int, mref, S: int) -> str:
+    def _fused_layers(self, prog: Program, rows: int, mref, S: int, first_late: bool = False) -> str:
         """The decode layers with each norm folded into the GEMV after it and SiLU*up into the
         gate_up GEMV's epilogue (rows <= 8): five launches per layer. The residual stream ping-pongs between ``hidden`` and
         ``hidden2`` (a fused GEMV reads one and one CTA writes the other); returns the region
-        holding it at the end, with the last MLP output still in ``delta``."""
+        holding it at the end, with the last MLP output still in ``delta``. ``first_late``: layer
+        0's norm + qkv signals late (after ``stage_meta_ring_embed``, see ``_decode_step``)."""
         c, H, I, D = self.cfg, self.H, self.I, self.D
         cur, other = "hidden", "hidden2"
         for i in range(c.num_layers):
@@ -215,7 +220,8 @@ class DenseDecoder:
             # layer 0 has no delta to add: the stream stays where the embedding put it
             gemv.gemv_rmsnorm(prog, Ref("qkv"), Ref(cur), Ref("delta") if i else None, Ref(other) if i else None,
                               Ref(L + "in_norm"), Ref(L + "qkv_w"), Ref(L + "qkv_b") if c.attention_bias else None,
-                              rows, self.QKV, H, c.rms_norm_eps, label=f"{L}norm+qkv_proj")
+                              rows, self.QKV, H, c.rms_norm_eps, label=f"{L}norm+qkv_proj",
+                              lean=False if first_late and i == 0 else None)
             if i:
                 cur, other = other, cur
             self._attend_rope(prog, L, i, rows, mref, S)
@@ -279,10 +285,20 @@ class DenseDecoder:
         return prog
 
     def _decode_step(self, prog: Program, width: int, sampling: bool, ctx: int, region: str, layout, mref) -> None:
-        self._stage(prog, region, layout.staged_bytes(ctx, self.sizes.block_size))
-        embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
-                                label="embed")
-        cur = self._fused_layers(prog, width, mref, self.splits[(width, ctx)])
+        nbytes = layout.staged_bytes(ctx, self.sizes.block_size)
+        fused_stage = nbytes <= STAGE_EMBED_MAX_BYTES
+        if fused_stage:
+            # One launch instead of two, the slot's PCIe read overlapping the previous head. It
+            # writes the region the attention reads before its wait, so layer 0's norm + qkv
+            # after it signals late (fixedgraph/pdl.py).
+            meta_ops.stage_meta_ring_embed(prog, Ref(region), HostPtr(STAGING), Ref("stage_counter"), self.slot_bytes,
+                                           self.sizes.staging_slots, nbytes, Ref("hidden"), Ref("embed"),
+                                           Ref("tokens"), width, self.H, self.V)
+        else:
+            self._stage(prog, region, nbytes)
+            embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
+                                    label="embed")
+        cur = self._fused_layers(prog, width, mref, self.splits[(width, ctx)], first_late=fused_stage)
         head = Ref("embed") if self.cfg.tie_word_embeddings else Ref("lm_head")
         if self._fused_head and not sampling:  # final norm + lm_head + argmax in one launch
             gemv.gemv_rmsnorm_argmax(prog, Ref("logits"), Ref("tokens"), HostPtr(RING), mref("step"),

@@ -35,3 +35,23 @@ def stage_meta_ring(prog: Program, dst: Arg, staging: Arg, counter: Arg, slot_by
                          "(need whole words, 16-byte slots, and the blob to fit a slot)")
     return prog.launch("stage_meta_ring", 1, 256, [dst, staging, counter, slot_bytes // 4, num_slots, nbytes // 4],
                        label=label)
+
+
+def stage_meta_ring_embed(prog: Program, dst: Arg, staging: Arg, counter: Arg, slot_bytes: int, num_slots: int,
+                          nbytes: int, hidden: Arg, table: Arg, tokens: Arg, rows: int, H: int, V: int,
+                          label: str = "stage metadata+embed") -> int:
+    """``stage_meta_ring`` and then ``embed_gather`` (hidden[r] = float(table[tokens[r]]), NaN for a
+    token outside [0, V)) in one launch: a decode step's first op. The slot is read before the PDL
+    wait (its PCIe round trip overlaps the previous step's head); the rest after it.
+
+    The launch after it must signal late (``fixedgraph.pdl``: it is a staged writer, and the
+    decode attention reads the region before its wait).
+    """
+    if nbytes % 4 or slot_bytes % 16 or nbytes > slot_bytes or num_slots < 1:
+        raise ValueError(f"stage_meta_ring_embed: {nbytes} bytes in slots of {slot_bytes} bytes x {num_slots} "
+                         "(need whole words, 16-byte slots, and the blob to fit a slot)")
+    if rows < 1 or H < 1 or V < 1:
+        raise ValueError(f"stage_meta_ring_embed needs rows, H, V >= 1; got rows={rows}, H={H}, V={V}")
+    return prog.launch("stage_meta_ring_embed", 1, 256,
+                       [dst, staging, counter, slot_bytes // 4, num_slots, nbytes // 4, hidden, table, tokens,
+                        int(rows), int(H), int(V)], shared=-(-nbytes // 16) * 16, label=label)

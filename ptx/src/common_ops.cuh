@@ -164,3 +164,28 @@ __device__ __forceinline__ void rope_pairs(const float (&x1)[VP], const float (&
         o2[j] = __fadd_rn(__fmul_rn(b[j], c[j]), __fmul_rn(a[j], sn[j]));
     }
 }
+
+// dst[i] = float(table[token, i]) for i = start, start + stride, .. < H: one embedding row into
+// the f32 residual stream (embed_gather, stage_meta_ring_embed). A token outside [0, V) fills
+// the row with NaN, so a bad id is visible downstream instead of reading past the table.
+__device__ __forceinline__ void embed_row(float* __restrict__ dst, const bf16* __restrict__ table, int token,
+                                          unsigned H, unsigned V, unsigned start, unsigned stride) {
+    if ((unsigned)token >= V) {  // negative ids wrap to huge unsigned values and land here too
+        const float nan = __int_as_float(0x7fc00000);
+        for (unsigned i = start; i < H; i += stride) dst[i] = nan;
+        return;
+    }
+    const bf16* src = table + (size_t)token * H;
+    if (H % 8 == 0 && aligned_to(src, 16) && aligned_to(dst, 16)) {
+        // 16-byte bf16 loads, two 16-byte f32 stores per 8 elements.
+        for (unsigned i = start; i < H / 8; i += stride) {
+            float v[8];
+            load_bf16<8>(src + 8 * (size_t)i, v);
+            float lo[4] = {v[0], v[1], v[2], v[3]}, hi[4] = {v[4], v[5], v[6], v[7]};
+            store_f32<4>(dst + 8 * (size_t)i, lo);
+            store_f32<4>(dst + 8 * (size_t)i + 4, hi);
+        }
+    } else {
+        for (unsigned i = start; i < H; i += stride) dst[i] = __bfloat162float(src[i]);
+    }
+}

@@ -21,28 +21,8 @@ extern "C" __global__ void embed_gather(
 { FG_KERNEL_BEGIN();
     FG_PDL_WAIT();  // PDL: wait for the predecessor grid before any global read
     const unsigned r = blockIdx.x;
-    const int token = tokens[r];
-    float* dst = hidden + (size_t)r * H;
-    const unsigned start = blockIdx.y * blockDim.x + threadIdx.x;
-    const unsigned stride = gridDim.y * blockDim.x;
-    if ((unsigned)token >= V) {  // negative ids wrap to huge unsigned values and land here too
-        const float nan = __int_as_float(0x7fc00000);
-        for (unsigned i = start; i < H; i += stride) dst[i] = nan;
-        return;
-    }
-    const bf16* src = table + (size_t)token * H;
-    if (H % 8 == 0 && aligned_to(src, 16) && aligned_to(dst, 16)) {
-        // 16-byte bf16 loads, two 16-byte f32 stores per 8 elements.
-        for (unsigned i = start; i < H / 8; i += stride) {
-            float v[8];
-            load_bf16<8>(src + 8 * (size_t)i, v);
-            float lo[4] = {v[0], v[1], v[2], v[3]}, hi[4] = {v[4], v[5], v[6], v[7]};
-            store_f32<4>(dst + 8 * (size_t)i, lo);
-            store_f32<4>(dst + 8 * (size_t)i + 4, hi);
-        }
-    } else {
-        for (unsigned i = start; i < H; i += stride) dst[i] = __bfloat162float(src[i]);
-    }
+    embed_row(hidden + (size_t)r * H, table, tokens[r], H, V, blockIdx.y * blockDim.x + threadIdx.x,
+              gridDim.y * blockDim.x);
 }
 
 // Vectors (of VEC elements) a thread keeps in registers between the two passes of one row.

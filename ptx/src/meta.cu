@@ -2,6 +2,7 @@
 // region, and pick rows out of an activation buffer by an index read from that metadata.
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include "common_ops.cuh"
 #include "pdl.cuh"
 
 // dst[i] = src[i] for i < words by the CTA's threads, 16 bytes at a time when both are aligned
@@ -57,4 +58,30 @@ extern "C" __global__ void stage_meta_ring(unsigned int* __restrict__ dst, const
     copy_words(dst, staging + (size_t)(c % num_slots) * stride_words, words);
     __syncthreads();  // every thread has read `c` before it changes
     if (threadIdx.x == 0) *counter = c + 1;
+}
+
+// A decode step's first op: stage_meta_ring, then the embedding gather of the tokens the step
+// before picked (embed_gather: hidden[r, :] = float(table[tokens[r], :])), in one launch. The
+// slot goes into shared memory *before* the PDL wait, so its PCIe round trip overlaps the
+// predecessor (the previous step's head): the host wrote the slot before launching the graph,
+// and the counter's last writer is the stage of a step back, which completed before the late
+// layer-0 GEMV that follows it started (fixedgraph/pdl.py). After the wait (the head done: it
+// reads the region's step field, and wrote tokens) the region, the counter and the rows are
+// written. One CTA; dynamic shared memory: words * 4 bytes rounded up to 16.
+extern "C" __global__ void stage_meta_ring_embed(unsigned int* __restrict__ dst, const unsigned int* __restrict__ staging,
+                                                 unsigned int* __restrict__ counter, unsigned int stride_words,
+                                                 unsigned int num_slots, unsigned int words,
+                                                 float* __restrict__ hidden,        // [rows, H] f32, written
+                                                 const bf16* __restrict__ table,    // [V, H] bf16
+                                                 const int* __restrict__ tokens,    // [rows] i32
+                                                 unsigned int rows, unsigned int H, unsigned int V) { FG_KERNEL_BEGIN();
+    extern __shared__ __align__(16) unsigned int stage_slot[];  // [words]
+    const unsigned int c = __ldcg(counter);
+    copy_words(stage_slot, staging + (size_t)(c % num_slots) * stride_words, words);
+    FG_PDL_WAIT();
+    __syncthreads();  // every thread's slot words are in shared memory, and every thread has read `c`
+    copy_words(dst, stage_slot, words);
+    if (threadIdx.x == 0) *counter = c + 1;
+    for (unsigned int r = 0; r < rows; ++r)
+        embed_row(hidden + (size_t)r * H, table, tokens[r], H, V, threadIdx.x, blockDim.x);
 }

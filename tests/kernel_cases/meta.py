@@ -47,3 +47,39 @@ def stage_ring_case(rng):
         return {"dst": v["staging"][k * stride : k * stride + words], "counter": np.array([c + 1])}
 
     return KernelCase("stage_meta_ring", p, bufs, {"dst": Check(), "counter": Check()}, reference=ref)
+
+
+def _stage_embed_case(name: str, rows: int, H: int, V: int, bad: tuple[int, ...] = ()):
+    @kernel_case(name)
+    def make(rng):
+        slots, words = int(rng.integers(1, 7)), int(rng.integers(1, 700))
+        stride = (words + 3) // 4 * 4 + 4 * int(rng.integers(0, 3))
+        c = int(rng.integers(0, 1 << 31))
+        tokens = rng.integers(0, V, rows).astype(np.int32)
+        for r, t in zip(range(0, rows, 2), bad):  # out-of-range ids on even rows: NaN rows
+            tokens[r] = t
+        p = Program(name)
+        ops.stage_meta_ring_embed(p, Ref("dst"), Ref("staging"), Ref("counter"), stride * 4, slots, 4 * words,
+                                  Ref("hidden"), Ref("table"), Ref("tokens"), rows, H, V)
+        staging = Buffer(rng.integers(0, 1 << 32, size=slots * stride, dtype=np.uint32), "u32")
+        bufs = {"staging": staging, "counter": Buffer(np.array([c], np.uint32), "u32"), "dst": poison(words, "u32"),
+                "hidden": poison((rows, H), "f32"), "table": rand_bf16(rng, (V, H)), "tokens": Buffer(tokens, "i32")}
+
+        def ref(v):
+            k = c % slots
+            table = v["table"].astype(np.float64).reshape(V, H)
+            out = np.full((rows, H), np.nan)
+            for r, t in enumerate(v["tokens"]):
+                if 0 <= t < V:
+                    out[r] = table[t]
+            return {"dst": v["staging"][k * stride : k * stride + words], "counter": np.array([c + 1]),
+                    "hidden": out}
+
+        return KernelCase(name, p, bufs, {"dst": Check(), "counter": Check(), "hidden": Check()}, reference=ref)
+
+    return make
+
+
+_stage_embed_case("stage_meta_ring_embed_1x1024", 1, 1024, 500)
+_stage_embed_case("stage_meta_ring_embed_8x4096", 8, 4096, 300)
+_stage_embed_case("stage_meta_ring_embed_3x99_bad", 3, 99, 77, bad=(-1, 77))  # element path, NaN rows

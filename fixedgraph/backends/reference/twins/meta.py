@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from fixedgraph.backends.reference.twins import twin
+from fixedgraph.backends.reference.twins.embed_norm import embed_gather
 
 
 @twin("stage_meta")
@@ -27,3 +28,10 @@ def stage_meta_ring(mem, grid, block, dst, staging, counter, stride_words, num_s
     src = staging + (c % num_slots) * stride_words * 4
     mem.view(dst, np.uint32, words)[:] = mem.view(src, np.uint32, words)
     cnt[0] = (c + 1) & 0xFFFFFFFF
+
+
+@twin("stage_meta_ring_embed")
+def stage_meta_ring_embed(mem, grid, block, dst, staging, counter, stride_words, num_slots, words, hidden, table,
+                          tokens, rows, H, V):
+    stage_meta_ring(mem, grid, block, dst, staging, counter, stride_words, num_slots, words)
+    embed_gather(mem, (rows, 1, 1), block, hidden, table, tokens, H, V)
