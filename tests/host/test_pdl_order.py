@@ -65,6 +65,16 @@ def test_a_pool_written_by_a_grid_that_may_still_run():
     check(base + [att(1)])
 
 
+def test_the_fused_stage_needs_a_late_grid_before_the_attention():
+    # stage_meta_ring_embed writes the region itself (no embedding launch after it): layer 0's
+    # norm + qkv must signal late, else the attention can start while the region is written
+    fused = [launch("stage_meta_ring_embed")]
+    with pytest.raises(LaunchConfigError, match="staged metadata.*launch 0 \\(stage_meta_ring_embed"):
+        check(fused + [launch("gemv_rmsnorm_bf16_row", early=True), att(0)])
+    check(fused + [launch("gemv_rmsnorm_bf16"), att(0), launch("gemv_bf16_vec", early=True),
+                   launch("gemv_rmsnorm_silu_bf16_row"), launch("gemv_bf16"), launch("gemv_rmsnorm_argmax")] * 2)
+
+
 def test_a_full_edge_settles_everything_before_it():
     ops = [launch("stage_meta_ring"), launch("embed_gather", early=True), launch("noop", waits=False),
            launch("gemv_bf16_vec", early=True), att(0)]
