@@ -213,7 +213,8 @@ def chrome_trace(records: np.ndarray, launches: list[tuple[int, str, str, int]])
             ts = (int(rec["t0"]) - origin) / 1e3
             events.append({"name": f"{index} {label}", "cat": entry, "ph": "X", "pid": 0, "tid": int(rec["sm"]),
                            "ts": ts, "dur": (int(rec["t1"]) - int(rec["t0"])) / 1e3,
-                           "args": {"cta": int(rec["cta"]), "entry": entry}})
+                           "args": {"cta": int(rec["cta"]), "entry": entry,
+                                    **({"wait_us": (int(rec["tw"]) - int(rec["t0"])) / 1e3} if rec["tw"] else {})}})
             if rec["tw"]:
                 events.append({"name": "wait passed", "ph": "i", "s": "t", "pid": 0, "tid": int(rec["sm"]),
                                "ts": (int(rec["tw"]) - origin) / 1e3})
@@ -229,10 +230,17 @@ def chrome_trace(records: np.ndarray, launches: list[tuple[int, str, str, int]])
 def sm_placement(records: np.ndarray, launches: list[tuple[int, str, str, int]], ahead: int = 3) -> list[dict]:
     """Where each entry's CTAs sat, means over its launches: the SMs a launch used, the share of
     its CTAs on an SM holding 1 / 2 / 3+ CTAs of the same launch (a launch is as fast as its most
-    crowded SM), and for k = 1..``ahead`` the share of its CTAs whose SM held, at the same time, a
-    CTA of the launch k later (whose weight preloads then share that SM's memory pipe)."""
+    crowded SM), for k = 1..``ahead`` the share of its CTAs whose SM held, at the same time, a
+    CTA of the launch k later (whose weight preloads then share that SM's memory pipe), and the
+    10th / 50th / 90th percentile of its CTAs' times from their PDL wait (their start when they
+    have none) to their exit, in µs: a wide spread between CTAs of equal work says some SMs are
+    slower for them (e.g. left with a small L1 by the CTAs before)."""
     parts = assign(records, launches)
-    return _placement([(entry, r["sm"], r["t0"], r["t1"]) for (_, _, entry, _), r in zip(launches, parts)], ahead)
+    per = []
+    for (_, _, entry, _), r in zip(launches, parts):
+        run = np.where(r["tw"] > 0, r["tw"], r["t0"])
+        per.append((entry, r["sm"], r["t0"] / 1e3, r["t1"] / 1e3, run / 1e3))
+    return _placement(per, ahead)
 
 
 def sm_placement_from_trace(trace: dict, ahead: int = 3) -> list[dict]:
@@ -245,32 +253,38 @@ def sm_placement_from_trace(trace: dict, ahead: int = 3) -> list[dict]:
     per = []
     for i in sorted(by_launch):
         es = by_launch[i]
-        per.append((es[0]["cat"], np.array([e["tid"] for e in es]), np.array([e["ts"] for e in es]),
-                    np.array([e["ts"] + e["dur"] for e in es])))
+        start = np.array([e["ts"] for e in es])
+        wait = np.array([e.get("args", {}).get("wait_us", 0.0) for e in es])  # older traces: none
+        per.append((es[0]["cat"], np.array([e["tid"] for e in es]), start,
+                    np.array([e["ts"] + e["dur"] for e in es]), start + wait))
     return _placement(per, ahead)
 
 
 def _placement(per_launch: list[tuple], ahead: int) -> list[dict]:
-    """per_launch: (entry, SM per CTA, start per CTA, end per CTA) in program order."""
+    """per_launch: (entry, SM per CTA, start, end and wait passed (else start) per CTA, in µs) in
+    program order."""
     rows: dict[str, dict] = {}
-    for i, (entry, sm, start, end) in enumerate(per_launch):
+    for i, (entry, sm, start, end, run) in enumerate(per_launch):
         if not len(sm):
             continue
         sms = np.asarray(sm).astype(np.int64)
         _, inverse, counts = np.unique(sms, return_inverse=True, return_counts=True)
         per_cta = counts[inverse]  # CTAs of this launch on each CTA's SM
         row = rows.setdefault(entry, {"entry": entry, "launches": 0, "ctas": 0, "sms": 0.0,
-                                      "stack": [0.0, 0.0, 0.0], "shared_with": [0.0] * ahead})
+                                      "stack": [0.0, 0.0, 0.0], "shared_with": [0.0] * ahead,
+                                      "cta_us": [0.0, 0.0, 0.0]})
         row["launches"] += 1
         row["ctas"] = len(sms)
         row["sms"] += len(counts)
         for j, lo, hi in ((0, 1, 1), (1, 2, 2), (2, 3, 1 << 30)):
             row["stack"][j] += float(np.mean((per_cta >= lo) & (per_cta <= hi)))
         t0, t1 = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+        for j, q in enumerate(np.percentile(t1 - np.asarray(run, dtype=np.float64), [10, 50, 90])):
+            row["cta_us"][j] += float(q)
         for k in range(1, ahead + 1):
             if i + k >= len(per_launch) or not len(per_launch[i + k][1]):
                 continue
-            _, osm, o0, o1 = per_launch[i + k]
+            _, osm, o0, o1, _ = per_launch[i + k]
             osm, o0, o1 = np.asarray(osm).astype(np.int64), np.asarray(o0, np.float64), np.asarray(o1, np.float64)
             hit = (sms[:, None] == osm[None, :]) & (t0[:, None] < o1[None, :]) & (o0[None, :] < t1[:, None])
             row["shared_with"][k - 1] += float(np.mean(hit.any(axis=1)))
@@ -278,7 +292,8 @@ def _placement(per_launch: list[tuple], ahead: int) -> list[dict]:
     for row in rows.values():
         n = row["launches"]
         out.append({"entry": row["entry"], "launches": n, "ctas": row["ctas"], "sms": row["sms"] / n,
-                    "stack": [v / n for v in row["stack"]], "shared_with": [v / n for v in row["shared_with"]]})
+                    "stack": [v / n for v in row["stack"]], "shared_with": [v / n for v in row["shared_with"]],
+                    "cta_us": [v / n for v in row["cta_us"]]})
     return out
 
 
@@ -286,12 +301,15 @@ def placement_table(rows: list[dict]) -> str:
     ahead = len(rows[0]["shared_with"]) if rows else 0
     lines = [f"{'entry':34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'1/SM':>5s} {'2/SM':>5s} {'3+/SM':>5s}   "
              + " ".join(f"{'+' + str(k):>5s}" for k in range(1, ahead + 1))
+             + f"   {'p10':>6s} {'p50':>6s} {'p90':>6s}"
              + "   (CTAs on an SM holding 1 / 2 / 3+ CTAs of their launch; +k: CTAs whose SM held a CTA of "
-             "the launch k later at the same time; means over launches)"]
+             "the launch k later at the same time; p10 / p50 / p90: a CTA's µs from its wait to its exit; means over "
+             "launches)"]
     for r in rows:
         lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} "
                      + " ".join(f"{100 * v:4.0f}%" for v in r["stack"]) + "   "
-                     + " ".join(f"{100 * v:4.0f}%" for v in r["shared_with"]))
+                     + " ".join(f"{100 * v:4.0f}%" for v in r["shared_with"]) + "   "
+                     + " ".join(f"{v:6.2f}" for v in r["cta_us"]))
     return "\n".join(lines)
 
 

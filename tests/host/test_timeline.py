@@ -134,14 +134,17 @@ def test_sm_placement_counts_stacking_and_sharing(tmp_path):
     assert a["stack"] == pytest.approx([(1 / 3 + 1) / 2, (2 / 3 + 0) / 2, 0.0])  # 2 of 3 stacked in launch 1
     assert a["shared_with"][0] == pytest.approx((1 / 3 + 0) / 2)  # CTA 2 beside B's CTA on SM 1
     assert b["stack"] == [1.0, 0.0, 0.0] and b["shared_with"] == [0.0, 0.0]
+    # CTA times from their wait to their exit: A's first launch 1.9 us each, its second 0.8; B 0.9
+    assert a["cta_us"] == pytest.approx([(1.9 + 0.8) / 2] * 3) and b["cta_us"] == pytest.approx([0.9] * 3)
     # the same from the saved Perfetto trace (what tools/timeline_sm.py reads)
     trace = json.loads(timeline.chrome_trace(recs, launches))
     again = {r["entry"]: r for r in timeline.sm_placement_from_trace(trace, ahead=2)}
     for e in ("A", "B"):
         assert again[e]["stack"] == pytest.approx(got[e]["stack"])
         assert again[e]["shared_with"] == pytest.approx(got[e]["shared_with"])
+        assert again[e]["cta_us"] == pytest.approx(got[e]["cta_us"])
     path = tmp_path / "t.json"
     path.write_text(json.dumps(trace))
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "timeline_sm.py"), str(path)], capture_output=True,
                          text=True, check=True).stdout
-    assert "3+/SM" in out and "A" in out
+    assert "3+/SM" in out and "A" in out and "p90" in out
