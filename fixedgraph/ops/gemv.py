@@ -312,43 +312,12 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
                        carveout=carveout)
 
 
-def fused_per_sm() -> int:
-    """FIXEDGRAPH_GEMV_FUSED_PER_SM (A/B knob, default 0: no limit): at most this many CTAs of a
-    one-row fused launch (``*_row``: norm + qkv / gate_up) on one SM, by asking for a little more
-    shared memory than the launch uses (per_sm_shared). Under PDL the next launch's CTAs fill each
-    SM that frees as deep as they fit: 0.6B's qkv and gate_up sit three to an SM on a third of the
-    GPU (docs/BENCHMARKS.md session 19)."""
-    raw = os.environ.get("FIXEDGRAPH_GEMV_FUSED_PER_SM", "0").strip()
-    if raw not in ("0", "1", "2", "3"):
-        raise ValueError(f"FIXEDGRAPH_GEMV_FUSED_PER_SM={raw!r}: use 0 (no limit) or 1..3 CTAs per SM")
-    return int(raw)
-
-
-def per_sm_shared(shared: int, per_sm: int, warps: int = WARPS) -> int:
-    """Dynamic shared memory that lets at most ``per_sm`` such CTAs share an SM (0: ``shared``).
-    The padding stays under one batch per warp, so the kernel reads the same preload depth off
-    it; a limit that would need more is refused."""
-    if per_sm <= 0:
-        return shared
-    need = SMEM_PER_SM // (per_sm + 1) + 1 - STATIC_SMEM - 1024  # per_sm + 1 of them no longer fit
-    need = -(-need // 16) * 16
-    if need <= shared:
-        return shared
-    if need - shared >= warps * PRELOAD_WARP_BYTES:
-        raise ValueError(f"FIXEDGRAPH_GEMV_FUSED_PER_SM={per_sm}: a CTA of {shared} bytes would need {need - shared} "
-                         f"more, a whole preload batch per warp (the kernel would read a deeper preload); use a "
-                         f"larger limit or 0")
-    return need
-
-
 def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: int, eps: float | None,
                   label: str, split: int | None = None, takes_split: bool = True, preload: bool | int = True) -> int:
     """Launch a fused entry with arguments (*head, rows, N, K[, split][, eps]); the split is
     ``fused_split``'s unless the entry takes none (gemv_split's then)."""
     S = _split_arg(N, K, fused_split(N, K, rows, split) if takes_split else None)
     shared = launch_shared(rows, N, K, True, preload, split=S)
-    if entry.endswith("_row"):  # the decode chain's norm + qkv / gate_up (not the head's launch)
-        shared = per_sm_shared(shared, fused_per_sm(), gemv_warps(N, K))
     if shared + STATIC_SMEM > SMEM_PER_BLOCK:
         if preload is True:  # preload_depth fell back to none: x alone is too big
             raise ValueError(f"{entry}: x of {rows} rows x K={K} needs {shared} bytes of shared memory, more than "

@@ -99,31 +99,3 @@ def test_knob_off_and_junk(monkeypatch):
 def test_launch_carveout_is_a_percent(bad):
     with pytest.raises(LaunchConfigError, match=r"carveout .* is not a percent 0\.\.100"):
         Program("p").launch("copy_f32", 1, 32, [Ref("a"), Ref("b"), 1], carveout=bad)
-
-
-# ---- FIXEDGRAPH_GEMV_FUSED_PER_SM: a little more shared memory so fewer CTAs stack on an SM ------
-
-def fused_launch(N, K):
-    p = Program("g")
-    i = gemv_ops.gemv_rmsnorm(p, Ref("o"), Ref("h"), Ref("d"), Ref("ho"), Ref("n"), Ref("w"), None, 1, N, K, 1e-6)
-    return p.ops[i]
-
-
-def per_sm(shared):
-    return gemv_ops.SMEM_PER_SM // (shared + gemv_ops.STATIC_SMEM + 1024)
-
-
-def test_per_sm_limit_pads_under_one_batch(monkeypatch):
-    monkeypatch.delenv("FIXEDGRAPH_GEMV_FUSED_PER_SM", raising=False)
-    base = fused_launch(4096, 1024)  # Qwen3-0.6B norm + qkv: three CTAs fit an SM
-    assert base.entry == "gemv_rmsnorm_bf16_row" and per_sm(base.shared) == 3
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_PER_SM", "2")
-    two = fused_launch(4096, 1024)
-    assert per_sm(two.shared) == 2 and two.grid == base.grid and two.args == base.args
-    assert 0 < two.shared - base.shared < gemv_ops.WARPS * gemv_ops.PRELOAD_WARP_BYTES  # the same depth
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_PER_SM", "1")
-    with pytest.raises(ValueError, match=r"FIXEDGRAPH_GEMV_FUSED_PER_SM=1: .*whole preload batch per warp"):
-        fused_launch(4096, 1024)
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_PER_SM", "many")
-    with pytest.raises(ValueError, match=r"use 0 \(no limit\) or 1\.\.3"):
-        fused_launch(4096, 1024)
