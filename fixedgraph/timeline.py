@@ -211,10 +211,11 @@ def chrome_trace(records: np.ndarray, launches: list[tuple[int, str, str, int]])
     for (index, label, entry, _), r in zip(launches, parts):
         for rec in r:
             ts = (int(rec["t0"]) - origin) / 1e3
+            args = {"cta": int(rec["cta"]), "entry": entry}
+            if rec["tw"]:
+                args["wait_us"] = (int(rec["tw"]) - int(rec["t0"])) / 1e3
             events.append({"name": f"{index} {label}", "cat": entry, "ph": "X", "pid": 0, "tid": int(rec["sm"]),
-                           "ts": ts, "dur": (int(rec["t1"]) - int(rec["t0"])) / 1e3,
-                           "args": {"cta": int(rec["cta"]), "entry": entry,
-                                    **({"wait_us": (int(rec["tw"]) - int(rec["t0"])) / 1e3} if rec["tw"] else {})}})
+                           "ts": ts, "dur": (int(rec["t1"]) - int(rec["t0"])) / 1e3, "args": args})
             if rec["tw"]:
                 events.append({"name": "wait passed", "ph": "i", "s": "t", "pid": 0, "tid": int(rec["sm"]),
                                "ts": (int(rec["tw"]) - origin) / 1e3})

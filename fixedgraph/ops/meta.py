@@ -23,6 +23,12 @@ def gather_rows_bf16(prog: Program, out: Arg, inp: Arg, idx: Arg, n: int, T: int
                        [out, inp, idx, T, H], label=label)
 
 
+def _check_ring(op: str, slot_bytes: int, num_slots: int, nbytes: int) -> None:
+    if nbytes % 4 or slot_bytes % 16 or nbytes > slot_bytes or num_slots < 1:
+        raise ValueError(f"{op}: {nbytes} bytes in slots of {slot_bytes} bytes x {num_slots} "
+                         "(need whole words, 16-byte slots, and the blob to fit a slot)")
+
+
 def stage_meta_ring(prog: Program, dst: Arg, staging: Arg, counter: Arg, slot_bytes: int, num_slots: int,
                     nbytes: int, label: str = "stage metadata") -> int:
     """Copy ``nbytes`` of staging slot (counter % num_slots) into ``dst`` and advance the counter.
@@ -30,9 +36,7 @@ def stage_meta_ring(prog: Program, dst: Arg, staging: Arg, counter: Arg, slot_by
     staging: [num_slots, slot_bytes] u8, device-mapped host memory; counter: [1] u32 in the arena.
     The graph never changes per step: the host fills the slot the counter will pick.
     """
-    if nbytes % 4 or slot_bytes % 16 or nbytes > slot_bytes or num_slots < 1:
-        raise ValueError(f"stage_meta_ring: {nbytes} bytes in slots of {slot_bytes} bytes x {num_slots} "
-                         "(need whole words, 16-byte slots, and the blob to fit a slot)")
+    _check_ring("stage_meta_ring", slot_bytes, num_slots, nbytes)
     return prog.launch("stage_meta_ring", 1, 256, [dst, staging, counter, slot_bytes // 4, num_slots, nbytes // 4],
                        label=label)
 
@@ -47,9 +51,7 @@ def stage_meta_ring_embed(prog: Program, dst: Arg, staging: Arg, counter: Arg, s
     The launch after it must signal late (``fixedgraph.pdl``: it is a staged writer, and the
     decode attention reads the region before its wait).
     """
-    if nbytes % 4 or slot_bytes % 16 or nbytes > slot_bytes or num_slots < 1:
-        raise ValueError(f"stage_meta_ring_embed: {nbytes} bytes in slots of {slot_bytes} bytes x {num_slots} "
-                         "(need whole words, 16-byte slots, and the blob to fit a slot)")
+    _check_ring("stage_meta_ring_embed", slot_bytes, num_slots, nbytes)
     if rows < 1 or H < 1 or V < 1:
         raise ValueError(f"stage_meta_ring_embed needs rows, H, V >= 1; got rows={rows}, H={H}, V={V}")
     return prog.launch("stage_meta_ring_embed", 1, 256,
