@@ -106,8 +106,10 @@ def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng, splits=(None,))
     return out
 
 
-def split_candidates(N: int, K: int) -> list:
-    warps = gemv.gemv_warps(N, K)
+def split_candidates(N: int, K: int, kind: str = "plain") -> list:
+    """None (the launcher's own choice), then every k split that launch kind accepts: a plain
+    launch may run narrower CTAs than gemv_warps (plain_warps), so its splits stop lower."""
+    warps = gemv.plain_warps(N, K) if kind == "plain" else gemv.gemv_warps(N, K)
     kblocks = -(-K // 32)
     return [None] + [s for s in (1, 2, 4, 8, 16) if s <= warps and kblocks >= 2 * s]
 
@@ -465,7 +467,7 @@ def main() -> int:
             if args.gemv_shape and args.gemv_shape != f"{N}x{K}":
                 continue
             for kind in ks:
-                for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K)):
+                for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K, kind)):
                     r["model"] = model
                     rows.append(r)
     for ctx in (args.ctx if not only or "attention" in only else ()):
