@@ -167,7 +167,19 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
             raise ValueError(f"FIXEDGRAPH_GEMV_FUSED_SPLIT={want} is not a power of two <= {warps} (the warps of a "
                              f"block for N={N}, K={K}); use 0 (gemv_split), -1 (auto) or such a split")
         return want
-    if want == 0 or share_batches(N, K, warps, default) > 1 or gemv_groups(N, K, warps, default) <= NUM_SMS:
+    if want == 0:
+        return default
+    if fused_rounds(N, K, rows, default) > 1:
+        # More column groups than CTAs fit at once: each CTA takes several, and a CTA's share
+        # comes in whole groups, so SMs end unevenly. The finest groups (every warp of a block on
+        # one tile) even them out best: Llama-3-8B's gate_up (28672 x 4096, 448 groups of split
+        # 2 on 224 CTAs) 60.6 -> 57.5 us alone (session 21). One-round plans (every Qwen3
+        # decode GEMV at batch 1) keep theirs.
+        S = warps
+        while S > default and -(-K // 32) < S * MIN_KBLOCKS:
+            S //= 2
+        return S
+    if share_batches(N, K, warps, default) > 1 or gemv_groups(N, K, warps, default) <= NUM_SMS:
         return default  # deeper already, or few enough CTAs to fit beside the predecessor's
     full = regs_ctas_per_sm(True, warps)
     S = 1
@@ -216,14 +228,25 @@ def plain_warps(N: int, K: int, narrow: bool | None = None) -> int:
     return WARPS if warps == WIDE_WARPS and (narrow_enabled() if narrow is None else narrow) else warps
 
 
-def fused_grid(N: int, K: int, rows: int, split: int | None = None) -> int:
-    """Blocks of a fused launch: no more than fit at once (each CTA builds x once, then takes
-    column groups grid-stride), balanced so every CTA takes the same number of groups."""
+def _fused_plan(N: int, K: int, rows: int, split: int | None) -> tuple[int, int]:
+    """(column groups, rounds): how many groups a fused launch has, and how many each CTA takes
+    when no more CTAs are launched than fit the GPU at once."""
     warps = gemv_warps(N, K)
     per_sm = max(1, min(CTAS_PER_SM * WARPS // warps,
                         SMEM_PER_SM // (launch_shared(rows, N, K, True, split=split) + STATIC_SMEM + 1024)))
     groups = gemv_groups(N, K, warps, split)
-    rounds = -(-groups // (NUM_SMS * per_sm))
+    return groups, -(-groups // (NUM_SMS * per_sm))
+
+
+def fused_rounds(N: int, K: int, rows: int, split: int | None = None) -> int:
+    """Column groups each CTA of a fused launch takes (1: one group per CTA, all at once)."""
+    return _fused_plan(N, K, rows, split)[1]
+
+
+def fused_grid(N: int, K: int, rows: int, split: int | None = None) -> int:
+    """Blocks of a fused launch: no more than fit at once (each CTA builds x once, then takes
+    column groups grid-stride), balanced so every CTA takes the same number of groups."""
+    groups, rounds = _fused_plan(N, K, rows, split)
     return -(-groups // rounds)
 
 

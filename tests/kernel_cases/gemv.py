@@ -386,3 +386,11 @@ def rmsnorm_preload_past_share_case(rng):
     return rmsnorm_case("gemv_rmsnorm_preload_past_share_r2_200x1000", rng, 2, 200, 1000, delta=False,
                         hidden_out=False, bias=True, out_f32=True, preload=3)
 
+
+
+@kernel_case("gemv_rmsnorm_silu_rounds_r1_14336x512_delta_hout")
+def rmsnorm_silu_rounds_case(rng):
+    """Llama-3-8B's gate_up width (2I = 28672) at K = 512: more column groups than CTAs fit, so
+    the launcher takes split 8 and each of its 359 CTAs takes five groups grid-stride (fused_split)."""
+    return rmsnorm_case("gemv_rmsnorm_silu_rounds_r1_14336x512_delta_hout", rng, 1, 28672, 512, delta=True,
+                        hidden_out=True, bias=False, out_f32=False, silu=True)

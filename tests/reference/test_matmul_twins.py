@@ -12,7 +12,7 @@ from fixedgraph.ops.gemm import gemm, gemm_grid, gemm_tile
 from fixedgraph.backends.reference.twins import embed_norm as norm_twins
 from fixedgraph.ops.gemv import (SMEM_PER_BLOCK, STATIC_SMEM, fused_grid, fused_shared, gemv, gemv_grid,
                                  gemv_rmsnorm, gemv_rmsnorm_silu, gemv_silu, gemv_split, gemv_warps, launch_shared, preload_shared,
-                                 fused_split, preload_depth,
+                                 fused_rounds, fused_split, preload_depth,
                                  xs_stride)
 from fixedgraph.ops.linear import linear
 from fixedgraph.program import Null, Program, Ref
@@ -337,6 +337,22 @@ def test_fused_split_knob(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "2")
     assert _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6).args[-2] == 2
     assert _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6, split=8).args[-2] == 8  # an explicit split wins
+
+
+def test_fused_split_balances_multi_round_plans(monkeypatch):
+    """Auto: where the default split leaves more column groups than CTAs fit at once (Llama-3-8B's
+    gate_up: 448 groups at split 2, two each on 224 CTAs), the launch takes the finest groups
+    (split 8: 1792 groups, five each on 359 CTAs); one-round plans keep their split."""
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "-1")
+    assert fused_rounds(28672, 4096, 1, gemv_split(28672, 4096)) == 2
+    a = _launch_of(gemv_rmsnorm_silu, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1,
+                   14336, 4096, 1e-5)
+    assert (a.grid, a.args[-2]) == ((359, 1, 1), 8)
+    for N, K in ((24576, 4096), (6144, 4096), (4096, 1024), (6144, 1024)):  # Qwen3-8B / 0.6B: one round
+        S = fused_split(N, K, 1)
+        assert fused_rounds(N, K, 1, S) == 1 and S <= gemv_split(N, K)
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "0")  # the knob's 0 still means gemv_split's
+    assert fused_split(28672, 4096, 1) == gemv_split(28672, 4096)
 
 
 def test_narrow_knob(monkeypatch):
