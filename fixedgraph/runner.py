@@ -30,9 +30,10 @@ from fixedgraph.ops import sample as sample_ops
 from fixedgraph.sampling import SamplingParams
 
 # Decode steps queued ahead of the GPU. On the H200 (session 6 sweep, docs/BENCHMARKS.md) 2-4
-# give the same ms/token and 1 does not (the GPU then waits on the host); at 4 the 8B model's
-# host time per step was 12-21 us median against ~7 at 2-3, as if cuGraphLaunch waited for room
-# in a full launch queue (not proven).
+# give the same ms/token and 1 does not (the GPU then waits on the host). The host time per step
+# does not follow the depth: session 21's sweep found the slow mode (13-20 us, mostly inside
+# cuGraphLaunch) at every depth, lookahead 1 with an empty queue included, and not in other
+# generations of the same process.
 LOOKAHEAD = 3
 HOST_STEP_HISTORY = 4096  # decode steps whose host times the runner keeps (host_step_stats)
 _SENTINEL = -1
