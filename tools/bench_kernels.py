@@ -3,7 +3,7 @@
 
     python tools/bench_kernels.py [--json out.json] [--smoke]
 
-GEMV (plain and fused) on the weight shapes of Qwen3-0.6B, Qwen3-8B and Llama-3-8B, batch 1;
+GEMV (plain and fused) on the weight shapes of Qwen3-0.6B, Qwen3-8B, Llama-3-8B, Qwen2.5-7B and Qwen3-14B, batch 1;
 paged decode attention at 4k-32k keys (Hkv 8, D 128, GQA 4). Each case is a graph of many
 launches over rotating copies of the operands (more bytes than L2 holds), timed with events;
 the table gives µs per launch, GB/s and the fraction of the copy bandwidth measured in the same
@@ -49,6 +49,9 @@ GEMV_SHAPES = {  # (N, K) per model: qkv, o_proj, gate_up, down
     "qwen3-0.6b": [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)],
     "qwen3-8b": [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)],
     "llama3-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)],
+    # one-round gate_up plans that leave SMs uneven: 296 / 272 CTAs on 132 SMs at the default split
+    "qwen2.5-7b": [(4608, 3584), (3584, 3584), (37888, 3584), (3584, 18944)],
+    "qwen3-14b": [(7168, 5120), (5120, 5120), (34816, 5120), (5120, 17408)],
 }
 
 

@@ -52,6 +52,42 @@ CONFIGS: dict[str, tuple[str, dict]] = {
         vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0,
         tie_word_embeddings=False)),
+    # More public models' shapes (from their config.json; random weights here): the launch plans
+    # of other widths, GQA ratios and head dims (tests/host/test_model_shapes.py), and benches.
+    "qwen2.5-0.5b": ("Qwen2Config", dict(
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=True, use_sliding_window=False)),
+    "qwen2.5-7b": ("Qwen2Config", dict(
+        vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+        num_key_value_heads=4, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=False, use_sliding_window=False)),
+    "llama3.2-1b": ("LlamaConfig", dict(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 8192}, tie_word_embeddings=True)),
+    "llama3.2-3b": ("LlamaConfig", dict(
+        vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 8192}, tie_word_embeddings=True)),
+    "mistral-7b": ("MistralConfig", dict(
+        vocab_size=32768, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=1e6, sliding_window=None,
+        tie_word_embeddings=False)),
+    "qwen3-4b": ("Qwen3Config", dict(
+        vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=True, use_sliding_window=False)),
+    "qwen3-14b": ("Qwen3Config", dict(
+        vocab_size=151936, hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1e6,
+        tie_word_embeddings=False, use_sliding_window=False)),
+    "smollm2-1.7b": ("LlamaConfig", dict(
+        vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,
+        num_key_value_heads=32, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=130000.0,
+        tie_word_embeddings=True)),
 }
 
 
