@@ -69,6 +69,26 @@ def fill(arena, name: str, rng) -> None:
         arena.write(name, rng.standard_normal(n).astype(np.float32).reshape(r.shape))
 
 
+# the launch kinds of each GEMV_SHAPES row: norm + qkv, o_proj, norm + gate_up + SiLU, down (and
+# the plain GEMV on the fused shapes, for the cost of the fusion)
+GEMV_KINDS = (("rmsnorm", "plain"), ("plain",), ("rmsnorm_silu", "plain"), ("plain",))
+
+
+def add_gemv(prog: Program, kind: str, w: Ref, N: int, K: int, split: int | None) -> None:
+    """One launch of ``kind`` (plain | rmsnorm | rmsnorm_silu, N = 2I rows | silu) over weight ``w``
+    [N, K], with bench_gemv's region names for its other operands."""
+    if kind == "plain":
+        gemv.gemv(prog, Ref("out"), Ref("x"), w, None, 1, N, K, split=split)
+    elif kind == "rmsnorm":
+        gemv.gemv_rmsnorm(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1, N, K, 1e-6,
+                          split=split)
+    elif kind == "rmsnorm_silu":
+        gemv.gemv_rmsnorm_silu(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1,
+                               N // 2, K, 1e-6, split=split)
+    else:
+        gemv.gemv_silu(prog, Ref("out"), Ref("gu"), w, None, 1, N, K, split=split)
+
+
 def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng, splits=(None,)) -> list[dict]:
     """One launch kind on one weight shape, timed for each k split in ``splits`` (None: the
     launcher's choice). kind: plain | rmsnorm | rmsnorm_silu (N = 2I rows) | silu."""
@@ -90,17 +110,7 @@ def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng, splits=(None,))
     for split in splits:
         prog = Program(f"gemv.{kind}.{N}x{K}.s{split}")
         for i in range(c):
-            w = Ref(f"w{i}")
-            if kind == "plain":
-                gemv.gemv(prog, Ref("out"), Ref("x"), w, None, 1, N, K, split=split)
-            elif kind == "rmsnorm":
-                gemv.gemv_rmsnorm(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1, N, K, 1e-6,
-                                  split=split)
-            elif kind == "rmsnorm_silu":
-                gemv.gemv_rmsnorm_silu(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1,
-                                       N // 2, K, 1e-6, split=split)
-            else:
-                gemv.gemv_silu(prog, Ref("out"), Ref("gu"), w, None, 1, N, K, split=split)
+            add_gemv(prog, kind, Ref(f"w{i}"), N, K, split)
         S = prog.launches[0].args[-1 if kind in ("plain", "silu") else -2]
         out.append({"kernel": f"gemv_{kind}", "shape": f"{N}x{K}", "split": S, "default": split is None,
                     "bytes": wbytes, **time_program(dev, prog, arena, c, smoke, free=False)})
@@ -463,10 +473,7 @@ def main() -> int:
     for model, shapes in (GEMV_SHAPES.items() if not only or "gemv" in only else ()):
         if args.gemv_model and model != args.gemv_model:
             continue
-        # what the decode step launches: norm+qkv, o_proj, norm+gate_up+silu, down (and the
-        # plain GEMV on the fused shapes, for the cost of the fusion)
-        kinds = (("rmsnorm", "plain"), ("plain",), ("rmsnorm_silu", "plain"), ("plain",))
-        for (N, K), ks in zip(shapes, kinds):
+        for (N, K), ks in zip(shapes, GEMV_KINDS):  # what the decode step launches
             if args.gemv_shape and args.gemv_shape != f"{N}x{K}":
                 continue
             for kind in ks:

@@ -24,23 +24,13 @@ def test_bench_kernels_split_candidates_are_accepted():
     sys.path.insert(0, str(ROOT / "tools"))
     import bench_kernels
 
-    from fixedgraph.ops import gemv
     from fixedgraph.program import Program, Ref
 
-    kinds = (("rmsnorm", "plain"), ("plain",), ("rmsnorm_silu", "plain"), ("plain",))
     for shapes in bench_kernels.GEMV_SHAPES.values():
-        for (N, K), ks in zip(shapes, kinds):
-            for kind in ks:
+        for (N, K), kinds in zip(shapes, bench_kernels.GEMV_KINDS):
+            for kind in kinds:
                 for split in bench_kernels.split_candidates(N, K, kind):
-                    p, r = Program("p"), Ref
-                    if kind == "plain":
-                        gemv.gemv(p, r("o"), r("x"), r("w"), None, 1, N, K, split=split)
-                    elif kind == "rmsnorm":
-                        gemv.gemv_rmsnorm(p, r("o"), r("h0"), r("x"), r("h1"), r("nw"), r("w"), None, 1, N, K,
-                                          1e-6, split=split)
-                    else:
-                        gemv.gemv_rmsnorm_silu(p, r("o"), r("h0"), r("x"), r("h1"), r("nw"), r("w"), None, 1,
-                                               N // 2, K, 1e-6, split=split)
+                    bench_kernels.add_gemv(Program("p"), kind, Ref("w"), N, K, split)  # raises if refused
 
 
 def test_host_step_probe_times_every_step():
