@@ -171,15 +171,16 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
         return want
     if want == 0:
         return default
-    if fused_rounds(N, K, rows, default) > 1:
-        # More column groups than CTAs fit at once: each CTA takes several, and a CTA's share
-        # comes in whole groups, so SMs end unevenly. The finest groups (every warp of a block on
-        # one tile) even them out best: Llama-3-8B's gate_up (28672 x 4096, 448 groups of split
-        # 2 on 224 CTAs) 60.6 -> 57.5 us alone (session 21). One-round plans (every Qwen3
-        # decode GEMV at batch 1) keep theirs.
-        S = warps
-        while S > default and -(-K // 32) < S * MIN_KBLOCKS:
-            S //= 2
+    if fused_rounds(N, K, rows, default) > 1 or N * K * 2 >= STREAMING_BYTES:
+        # Streaming layers (more column groups than CTAs fit at once, or weights that take
+        # 15 us and more to stream): the smallest split whose grid fills FILL of the CTA slots,
+        # else the finest groups. Llama-3-8B's gate_up (28672 x 4096) at split 2 ran 224 CTAs of two
+        # groups, 60.6 us alone; at split 8, 359 CTAs of five, 57.5 (session 21). Qwen3-8B's
+        # gate_up (384 CTAs at split 2) and qkv (384 at 8) keep theirs.
+        slots = NUM_SMS * _fused_plan(N, K, rows, default)[2]
+        S = default
+        while S < warps and fused_grid(N, K, rows, S) < FILL * slots and -(-K // 32) >= 2 * S * MIN_KBLOCKS:
+            S *= 2
         return S
     if share_batches(N, K, warps, default) > 1 or gemv_groups(N, K, warps, default) <= NUM_SMS:
         return default  # deeper already, or few enough CTAs to fit beside the predecessor's
@@ -230,14 +231,18 @@ def plain_warps(N: int, K: int, narrow: bool | None = None) -> int:
     return WARPS if warps == WIDE_WARPS and (narrow_enabled() if narrow is None else narrow) else warps
 
 
-def _fused_plan(N: int, K: int, rows: int, split: int | None) -> tuple[int, int]:
-    """(column groups, rounds): how many groups a fused launch has, and how many each CTA takes
-    when no more CTAs are launched than fit the GPU at once."""
+FILL = 0.9  # fused_split: the share of CTA slots a streaming layer's grid should fill
+STREAMING_BYTES = 64 << 20  # fused_split: weights from which a layer is planned for streaming
+
+
+def _fused_plan(N: int, K: int, rows: int, split: int | None) -> tuple[int, int, int]:
+    """(column groups, rounds, CTAs per SM): how many groups a fused launch has, how many each
+    CTA takes when no more CTAs are launched than fit the GPU at once, and how many fit an SM."""
     warps = gemv_warps(N, K)
     per_sm = max(1, min(CTAS_PER_SM * WARPS // warps,
                         SMEM_PER_SM // (launch_shared(rows, N, K, True, split=split) + STATIC_SMEM + 1024)))
     groups = gemv_groups(N, K, warps, split)
-    return groups, -(-groups // (NUM_SMS * per_sm))
+    return groups, -(-groups // (NUM_SMS * per_sm)), per_sm
 
 
 def fused_rounds(N: int, K: int, rows: int, split: int | None = None) -> int:
@@ -248,7 +253,7 @@ def fused_rounds(N: int, K: int, rows: int, split: int | None = None) -> int:
 def fused_grid(N: int, K: int, rows: int, split: int | None = None) -> int:
     """Blocks of a fused launch: no more than fit at once (each CTA builds x once, then takes
     column groups grid-stride), balanced so every CTA takes the same number of groups."""
-    groups, rounds = _fused_plan(N, K, rows, split)
+    groups, rounds, _ = _fused_plan(N, K, rows, split)
     return -(-groups // rounds)
 
 

@@ -351,6 +351,10 @@ def test_fused_split_balances_multi_round_plans(monkeypatch):
     for N, K in ((24576, 4096), (6144, 4096), (4096, 1024), (6144, 1024)):  # Qwen3-8B / 0.6B: one round
         S = fused_split(N, K, 1)
         assert fused_rounds(N, K, 1, S) == 1 and S <= gemv_split(N, K)
+    # streaming one-round plans that leave slots empty fill them: Qwen2.5-7B's gate_up (259 MB) at
+    # split 1 is 296 CTAs of 396 slots; at split 4, 395
+    assert gemv_split(37888, 3584) == 1 and fused_grid(37888, 3584, 1, 1) == 296
+    assert fused_split(37888, 3584, 1) == 4 and fused_grid(37888, 3584, 1, 4) == 395
     monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "0")  # the knob's 0 still means gemv_split's
     assert fused_split(28672, 4096, 1) == gemv_split(28672, 4096)
 
