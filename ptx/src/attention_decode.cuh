@@ -82,20 +82,20 @@ __device__ __forceinline__ void arrive_and_merge(
     for (unsigned i = threadIdx.x; i < G * C4; i += kDecThreads) {
         const unsigned g = i / C4, c4 = i % C4;
         const size_t pi = ((size_t)row * Hq + kvh * G + g) * S;  // partial index of split 0
+        const float2 *mlp = reinterpret_cast<const float2 *>(ml_part) + pi;
+        const float4 *op = reinterpret_cast<const float4 *>(o_part + pi * D) + c4;
         float M = -INFINITY, L = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int s0 = 0; s0 < used; s0 += 8) {  // 8 splits' loads in flight per step
+            // Past the last split the loads repeat it (its m leaves the max as it is) and the
+            // weight below is 0: no predicated copies of the loads (this code runs cold).
             float2 ml[8];
             float4 ov[8];
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                if (s0 + j < used) {
-                    ml[j] = __ldcg(reinterpret_cast<const float2 *>(ml_part + (pi + s0 + j) * 2));
-                    ov[j] = ldcg4(o_part + (pi + s0 + j) * D + c4 * 4);
-                } else {
-                    ml[j] = make_float2(-INFINITY, 0.f);
-                    ov[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-                }
+                const int sj = min(s0 + j, used - 1);
+                ml[j] = __ldcg(mlp + sj);
+                ov[j] = __ldcg(op + sj * C4);
             }
             float mx = M;
 #pragma unroll
@@ -106,7 +106,7 @@ __device__ __forceinline__ void arrive_and_merge(
             acc.x *= c; acc.y *= c; acc.z *= c; acc.w *= c;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const float w = ml[j].y * __expf(ml[j].x - mu);
+                const float w = s0 + j < used ? ml[j].y * __expf(ml[j].x - mu) : 0.f;
                 L += w;
                 acc.x = fmaf(w, ov[j].x, acc.x);
                 acc.y = fmaf(w, ov[j].y, acc.y);
@@ -279,10 +279,7 @@ __device__ __forceinline__ void rope_pass(
     const unsigned kv = kv_slot >= 0 ? 2u : 0u;
     const size_t pool_off = kv ? (size_t)kv_slot * Hkv * D + (size_t)kvh * D : 0;
     for (unsigned it = warp; it < nh + kv; it += kDecThreads / 32) {  // warp-uniform
-        if (it < kv && it == 0) {
-            rope_head<D>(xrow + (size_t)(Hq + kvh) * D, rp.k_norm, cs, rp.eps, s_ck,
-                         rp.k_pool + pool_off, patch_k);
-        } else if (it < kv) {  // v: bits unchanged
+        if (it == 1 && kv) {  // v: bits unchanged
             const __nv_bfloat16 *x = xrow + (size_t)(Hq + Hkv + kvh) * D;
             for (unsigned c = lane; c < C8; c += 32) {
                 const uint4 v = *reinterpret_cast<const uint4 *>(x + c * 8);
@@ -290,11 +287,15 @@ __device__ __forceinline__ void rope_pass(
                 *reinterpret_cast<uint4 *>(rp.v_pool + pool_off + c * 8) = v;
                 if (patch_v) *reinterpret_cast<uint4 *>(patch_v + c * 8) = v;
             }
-        } else {
-            const unsigned r = it - kv;
-            rope_head<D>(xrow + (size_t)(qh0 + r) * D, rp.q_norm, cs, rp.eps, s_q + r * LD, nullptr,
-                         nullptr);
+            continue;
         }
+        // k (it == 0 when kv) or query head r: one call site, so one copy of rope_head's code
+        // (cold after the PDL wait: every KB of code run there costs ~0.2 us a launch)
+        const bool is_k = it == 0 && kv;
+        const unsigned r = it - kv;
+        rope_head<D>(xrow + (size_t)(is_k ? Hq + kvh : qh0 + r) * D, is_k ? rp.k_norm : rp.q_norm, cs, rp.eps,
+                     is_k ? s_ck : s_q + r * LD, is_k ? rp.k_pool + pool_off : nullptr,
+                     is_k ? patch_k : nullptr);
     }
     for (unsigned i = threadIdx.x; i < (kDecMaxHeads - nh) * C8; i += kDecThreads)
         *reinterpret_cast<uint4 *>(s_q + (nh + i / C8) * LD + (i % C8) * 8) = make_uint4(0u, 0u, 0u, 0u);
