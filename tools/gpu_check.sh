@@ -14,7 +14,8 @@
 # AB_PROFILE=1: the first round also profiles each side (tables in ab_NAME_1.log). Each side's
 # bench is cut at AB_TIMEOUT seconds (240) and the kernels stage at KERNELS_TIMEOUT (300), so a
 # hung candidate (e.g. a flag handoff that never publishes) costs its stage, not the call.
-# AB_KERNELS="--only attention" (bench_kernels.py arguments): each round also runs the kernel
+# AB_ARGS2="--models qwen3-0.6b --prompt 32768 --new 128": a second bench.py run per side and
+# round (ab2_NAME_R.json). AB_KERNELS="--only attention" (bench_kernels.py arguments): each round also runs the kernel
 # bench in every side (abk_NAME_ROUND.log/.json), e.g. for long-context attention.
 # long: the model bench at LONG_PROMPTS (default "4096 32768"), LONG_NEW new tokens (64), with
 # LONG_PEERS (torch_graph) and a profile per model (prof_longP/); only when named.
@@ -114,6 +115,11 @@ if want ab && { ls -d .ab/*/ >/dev/null 2>&1 || [ -n "${AB_ENVS:-}" ]; }; then
       (cd "$dir" && env "${vars[@]}" FIXEDGRAPH_COMMIT="${ref#* }" PYTHONPATH="$dir:$site" timeout ${AB_TIMEOUT:-240} \
          python3 tools/bench.py --peers= ${AB_ARGS:-} "${prof[@]}" --json "$OUT/ab_${name}_$r.json" > "$OUT/ab_${name}_$r.log" 2>&1)
       note "ab $name [$ref] round $r rc=$?: $(bench_line "$OUT/ab_${name}_$r.json")"
+      if [ -n "${AB_ARGS2:-}" ]; then  # a second bench per side and round (e.g. a long prompt)
+        (cd "$dir" && env "${vars[@]}" FIXEDGRAPH_COMMIT="${ref#* }" PYTHONPATH="$dir:$site" timeout ${AB_TIMEOUT:-240} \
+           python3 tools/bench.py --peers= $AB_ARGS2 --json "$OUT/ab2_${name}_$r.json" > "$OUT/ab2_${name}_$r.log" 2>&1)
+        note "ab2 $name round $r rc=$?: $(bench_line "$OUT/ab2_${name}_$r.json")"
+      fi
       if [ -n "${AB_KERNELS:-}" ]; then
         (cd "$dir" && env "${vars[@]}" PYTHONPATH="$dir:$site" python3 tools/bench_kernels.py $AB_KERNELS \
            --json "$OUT/abk_${name}_$r.json" > "$OUT/abk_${name}_$r.log" 2>&1)

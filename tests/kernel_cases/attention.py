@@ -325,9 +325,11 @@ SPLIT_DECODE_CASES = {
 }
 SPLIT_DECODE_CASES["attention_decode_split_r4_s5_h16kv4_d256"] = (4, 5, 16, 4, 256)
 SPLIT_DECODE_CASES["attention_decode_split_r4_s16_h8kv2_d64"] = (4, 16, 8, 2, 64)
-# the merge stages partials in shared memory: G = 8 at D = 64 and G = 5 at D = 96 take two chunks
+# the last arriver's merge: G = 8 at D = 64 and G = 5 at D = 96 (one thread per head and 4 columns,
+# some idle); G = 2 at D = 128 with 64 splits: two threads per item, two rounds of loads each
 SPLIT_DECODE_CASES["attention_decode_split_r3_s32_h64kv8_d64"] = (3, 32, 64, 8, 64)
 SPLIT_DECODE_CASES["attention_decode_split_r3_s32_h40kv8_d96"] = (3, 32, 40, 8, 96)
+SPLIT_DECODE_CASES["attention_decode_split_r2_s64_h16kv8_d128"] = (2, 64, 16, 8, 128)
 # G = 1 (MHA) with up to 32 splits: the last arriver's merge with most of its lanes idle
 SPLIT_DECODE_CASES["attention_decode_split_r4_s32_h8kv8_d128"] = (4, 32, 8, 8, 128)
 SPLIT_DECODE_CASES["attention_decode_split_r2_s32_h16kv16_d64"] = (2, 32, 16, 16, 64)
