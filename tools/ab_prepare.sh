@@ -6,6 +6,8 @@
 # (AB_DIR: another folder, for tests). Each tree gets AB_COMMIT ("REF SHA") and the folder a
 # CANDIDATE file (this checkout's branch and commit, "+changes" when the working tree differs),
 # so gpu_check's ab notes and JSON name what ran on each side (the device's git is not this one).
+# Each exported tree's committed PTX is checked against its sources (tools/build_ptx.py --check,
+# ~15 s a tree; AB_NO_PTX_CHECK=1 skips it): a stale one stops the script.
 #
 #   bash tools/ab_prepare.sh base=main l2=l2-prefetch      then carry ".ab" in the device call
 set -euo pipefail
@@ -20,6 +22,13 @@ for arg in "$@"; do
   git archive "$ref" | tar -x -C "$ab/$name"
   echo "$ref $(git rev-parse --short "$ref")" > "$ab/$name/AB_COMMIT"
   echo "$ab/$name <- $ref ($(git rev-parse --short "$ref"))"
+  # The device runs the committed PTX: a ref whose ptx/*.ptx lags its ptx/src runs the old
+  # kernels under the new name (session 22 lost a side so). AB_NO_PTX_CHECK=1 skips (no nvcc).
+  if [ -z "${AB_NO_PTX_CHECK:-}" ] && ! (cd "$ab/$name" && python3 tools/build_ptx.py --check >/dev/null 2>&1); then
+    echo "STALE PTX in $ab/$name: its committed ptx/*.ptx differ from a rebuild of ptx/src" >&2
+    echo "  (rebuild there with python3 tools/build_ptx.py, or commit the rebuilt PTX on $ref)" >&2
+    exit 3
+  fi
 done
 dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo "+changes" || true)
 echo "$(git rev-parse --abbrev-ref HEAD) $(git rev-parse --short HEAD)$dirty" > "$ab/CANDIDATE"

@@ -72,7 +72,7 @@ def test_ab_prepare_exports_each_ref(tmp_path):
     """tools/ab_prepare.sh exports committed trees for gpu_check's ab stage (needs a git checkout)."""
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout")
-    env = dict(os.environ, AB_DIR=str(tmp_path / "ab"))
+    env = dict(os.environ, AB_DIR=str(tmp_path / "ab"), AB_NO_PTX_CHECK="1")
     out = subprocess.run(["bash", str(ROOT / "tools/ab_prepare.sh"), "base=HEAD"], capture_output=True, text=True,
                          timeout=120, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
@@ -83,6 +83,22 @@ def test_ab_prepare_exports_each_ref(tmp_path):
     bad = subprocess.run(["bash", str(ROOT / "tools/ab_prepare.sh"), "x=no-such-ref"], capture_output=True, text=True,
                          timeout=60, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "not a commit" in bad.stderr
+
+
+def test_ab_prepare_checks_the_exported_ptx(tmp_path):
+    """Without AB_NO_PTX_CHECK, ab_prepare.sh rebuilds each exported tree's PTX and compares it
+    with the committed files (HEAD's match: CI's build_ptx --check says so too)."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None or shutil.which("nvcc") is None:
+        pytest.skip("needs a git checkout and nvcc")
+    env = {k: v for k, v in os.environ.items() if k != "AB_NO_PTX_CHECK"}
+    env["AB_DIR"] = str(tmp_path / "ab")
+    out = subprocess.run(["bash", str(ROOT / "tools/ab_prepare.sh"), "base=HEAD"], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=ROOT)
+    assert out.returncode == 0 and "STALE" not in out.stderr, out.stderr
+    (tmp_path / "ab/base/ptx/act.ptx").write_text("// edited\n")  # what a stale commit looks like
+    check = subprocess.run(["python3", "tools/build_ptx.py", "--check"], capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path / "ab/base")
+    assert check.returncode != 0
 
 
 def test_ncu_stalls_ranks_samples_and_names_the_load(tmp_path):
