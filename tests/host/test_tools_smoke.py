@@ -153,3 +153,44 @@ def test_decode_margin_check_judges_both_sequences(tmp_path):
         j = r["judged_by_fp32"][name]
         assert j["steps"] == 6 and 0 <= j["fp32_argmax_agrees"] <= 6 and j["max_deficit"] >= 0
     assert set(r["first_diff"]) == {"fixedgraph/hf_bf16", "fixedgraph/hf_fp32", "hf_bf16/hf_fp32"}
+
+
+def test_sass_phases_charges_code_to_functions():
+    """tools/sass_phases.py: instructions of one entry in an nvdisasm -g listing, charged to the
+    source line before them and to the function whose definition encloses that line."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import sass_phases
+
+    src = ("#pragma once\n"                                          # 1
+           "template <int D>\n"                                      # 2
+           "__device__ __forceinline__ void mma_16816(float (&d)[4],\n"  # 3
+           "                                          int a) {\n"    # 4
+           "    d[0] += a;\n"                                        # 5
+           "}\n"                                                     # 6
+           "__device__ int helper(int x);\n"                         # 7: a declaration
+           "extern \"C\" __global__ void __launch_bounds__(128) kern(int *p) {\n"  # 8
+           "    if (p) p[0] = 1;\n")                                 # 9
+    listing = "\n".join([
+        "\t.section .text.other,\"ax\",@progbits",
+        ".text.other:",
+        "        /*0000*/                   NOP ;",
+        "\t.section .text.kern,\"ax\",@progbits",
+        ".text.kern:",
+        "        /*0000*/                   LDC R1, c[0x0][0x28] ;",
+        '\t//## File "/x/y/k.cu", line 9',
+        "        /*0010*/                   ISETP.NE.AND P0, PT, R2, RZ, PT ;",
+        "        /*0020*/               @P0 STG.E desc[UR4][R2.64], R0 ;",
+        '\t//## File "/x/y/k.cu", line 5',
+        "        /*0030*/                   FADD R0, R0, R1 ;",
+        ".text.next:",
+        "        /*0000*/                   EXIT ;",
+    ])
+    insns = sass_phases.parse_sass(listing, "kern")
+    assert insns == [(0, "?", 0), (0x10, "k.cu", 9), (0x20, "k.cu", 9), (0x30, "k.cu", 5)]
+    assert sass_phases.function_index(src) == [(3, "mma_16816"), (8, "kern")]
+    by_fn, by_line, runs = sass_phases.summarize(insns, {"k.cu": src})
+    assert by_fn == {"?": 16, "k.cu:kern": 32, "k.cu:mma_16816": 16}
+    assert by_line[("k.cu", 9)] == 32
+    assert [r[0] for r in runs] == ["?", "k.cu:kern", "k.cu:mma_16816"]
+    with pytest.raises(SystemExit):
+        sass_phases.parse_sass(listing, "missing")
