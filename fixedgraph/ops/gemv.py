@@ -148,8 +148,10 @@ def launch_shared(rows: int, N: int, K: int, fused: bool, preload: bool | int = 
 def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
     """The k split of a fused launch: ``split`` if given, else FIXEDGRAPH_GEMV_FUSED_SPLIT
     (default FUSED_SPLIT_DEFAULT): 0 for gemv_split's; S > 0 for S (where valid); -1 (auto):
-    where gemv_split's plan needs several rounds of CTAs (more column groups than fit at once),
-    the block's warps (the finest groups, which even out the SMs' shares: Llama-3-8B's gate_up);
+    where gemv_split's plan needs several rounds of CTAs (more column groups than fit at once)
+    or the weights are STREAMING_BYTES or more, the smallest split from gemv_split's up whose
+    grid fills FILL of the CTA slots, else the block's warps (the finest groups even out the SMs'
+    shares: Llama-3-8B's gate_up 224 -> 359 CTAs, Qwen2.5-7B's 296 -> 395);
     else the smallest split that still preloads each warp's whole share at full occupancy, taken
     only where gemv_split's share is a single batch and its grid has more CTAs than the GPU has
     SMs (small layers: fewer, deeper CTAs, so a launch fits beside its predecessor's CTAs;

@@ -290,7 +290,7 @@ __device__ __forceinline__ void rope_pass(
             continue;
         }
         // k (it == 0 when kv) or query head r: one call site, so one copy of rope_head's code
-        // (cold after the PDL wait: every KB of code run there costs ~0.2 us a launch)
+        // (cold after the PDL wait: every KB of code run there costs ~0.15-0.2 us a launch)
         const bool is_k = it == 0 && kv;
         const unsigned r = it - kv;
         rope_head<D>(xrow + (size_t)(is_k ? Hq + kvh : qh0 + r) * D, is_k ? rp.k_norm : rp.q_norm, cs, rp.eps,

@@ -326,7 +326,8 @@ SPLIT_DECODE_CASES = {
 SPLIT_DECODE_CASES["attention_decode_split_r4_s5_h16kv4_d256"] = (4, 5, 16, 4, 256)
 SPLIT_DECODE_CASES["attention_decode_split_r4_s16_h8kv2_d64"] = (4, 16, 8, 2, 64)
 # the last arriver's merge: G = 8 at D = 64 and G = 5 at D = 96 (one thread per head and 4 columns,
-# some idle); G = 2 at D = 128 with 64 splits: two threads per item, two rounds of loads each
+# some idle); G = 2 at D = 128 with 64 splits (33 used at 1029 keys): five rounds of 8 loads,
+# the last partial (its loads repeat the last split, at weight 0)
 SPLIT_DECODE_CASES["attention_decode_split_r3_s32_h64kv8_d64"] = (3, 32, 64, 8, 64)
 SPLIT_DECODE_CASES["attention_decode_split_r3_s32_h40kv8_d96"] = (3, 32, 40, 8, 96)
 SPLIT_DECODE_CASES["attention_decode_split_r2_s64_h16kv8_d128"] = (2, 64, 16, 8, 128)
