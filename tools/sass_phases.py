@@ -131,7 +131,10 @@ def main() -> int:
     flags = ["-cubin" if f == "-ptx" else f for f in build_ptx.FLAGS] + ["-lineinfo"]
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "m.cubin"
-        subprocess.run([args.nvcc, *flags, f"-I{build_ptx.SRC}", str(cu), "-o", str(cubin)], check=True)
+        proc = subprocess.run([args.nvcc, *flags, f"-I{build_ptx.SRC}", str(cu), "-o", str(cubin)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"sass_phases: nvcc failed on {cu.relative_to(ROOT)}:\n{proc.stderr}")
         text = subprocess.run([nvdisasm, "-g", "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
     insns = parse_sass(text, args.entry)
     sources = {p.name: p.read_text() for p in build_ptx.SRC.iterdir() if p.suffix in (".cu", ".cuh")}
