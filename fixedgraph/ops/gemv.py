@@ -178,12 +178,18 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
         # 15 us and more to stream): the smallest split whose grid fills FILL of the CTA slots,
         # else the finest groups. Llama-3-8B's gate_up (28672 x 4096) at split 2 ran 224 CTAs of two
         # groups, 60.6 us alone; at split 8, 359 CTAs of five, 57.5 (session 21). Qwen3-8B's
-        # gate_up (384 CTAs at split 2) and qkv (384 at 8) keep theirs.
+        # gate_up (384 CTAs at split 2) and qkv (384 at 8) keep theirs. A one-round plan moves
+        # only for more CTAs: Qwen3-4B's gate_up (19456 x 2560) has 304 at splits 2, 4 and 8
+        # alike and keeps 2 (finer groups on the same CTAs were never measured to help there).
         slots = NUM_SMS * _fused_plan(N, K, rows, default)[2]
-        S = default
-        while S < warps and fused_grid(N, K, rows, S) < FILL * slots and -(-K // 32) >= 2 * S * MIN_KBLOCKS:
+        one_round = fused_rounds(N, K, rows, default) == 1
+        S, best, best_grid = default, default, fused_grid(N, K, rows, default)
+        while S < warps and best_grid < FILL * slots and -(-K // 32) >= 2 * S * MIN_KBLOCKS:
             S *= 2
-        return S
+            grid = fused_grid(N, K, rows, S)
+            if grid > best_grid or not one_round:
+                best, best_grid = S, max(grid, best_grid)
+        return best
     if share_batches(N, K, warps, default) > 1 or gemv_groups(N, K, warps, default) <= NUM_SMS:
         return default  # deeper already, or few enough CTAs to fit beside the predecessor's
     full = regs_ctas_per_sm(True, warps)

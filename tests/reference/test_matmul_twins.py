@@ -355,6 +355,8 @@ def test_fused_split_balances_multi_round_plans(monkeypatch):
     # split 1 is 296 CTAs of 396 slots; at split 4, 395
     assert gemv_split(37888, 3584) == 1 and fused_grid(37888, 3584, 1, 1) == 296
     assert fused_split(37888, 3584, 1) == 4 and fused_grid(37888, 3584, 1, 4) == 395
+    # ... but only for more CTAs: Qwen3-4B's gate_up has 304 at splits 2, 4 and 8 and keeps 2
+    assert {fused_grid(19456, 2560, 1, S) for S in (2, 4, 8)} == {304} and fused_split(19456, 2560, 1) == 2
     monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "0")  # the knob's 0 still means gemv_split's
     assert fused_split(28672, 4096, 1) == gemv_split(28672, 4096)
 
