@@ -150,8 +150,9 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
     (default FUSED_SPLIT_DEFAULT): 0 for gemv_split's; S > 0 for S (where valid); -1 (auto):
     where gemv_split's plan needs several rounds of CTAs (more column groups than fit at once)
     or the weights are STREAMING_BYTES or more, the smallest split from gemv_split's up whose
-    grid fills FILL of the CTA slots, else the block's warps (the finest groups even out the SMs'
-    shares: Llama-3-8B's gate_up 224 -> 359 CTAs, Qwen2.5-7B's 296 -> 395);
+    grid fills FILL of the CTA slots, else the finest tried (several rounds: finer groups even
+    out the SMs' shares, Llama-3-8B's gate_up 224 -> 359 CTAs) or the smallest with the most
+    CTAs (one round: Qwen2.5-7B's gate_up 296 -> 395, Qwen3-4B's stays at 304);
     else the smallest split that still preloads each warp's whole share at full occupancy, taken
     only where gemv_split's share is a single batch and its grid has more CTAs than the GPU has
     SMs (small layers: fewer, deeper CTAs, so a launch fits beside its predecessor's CTAs;
@@ -173,7 +174,8 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
         return want
     if want == 0:
         return default
-    if fused_rounds(N, K, rows, default) > 1 or N * K * 2 >= STREAMING_BYTES:
+    rounds = fused_rounds(N, K, rows, default)
+    if rounds > 1 or N * K * 2 >= STREAMING_BYTES:
         # Streaming layers (more column groups than CTAs fit at once, or weights that take
         # 15 us and more to stream): the smallest split whose grid fills FILL of the CTA slots,
         # else the finest groups. Llama-3-8B's gate_up (28672 x 4096) at split 2 ran 224 CTAs of two
@@ -182,12 +184,11 @@ def fused_split(N: int, K: int, rows: int, split: int | None = None) -> int:
         # only for more CTAs: Qwen3-4B's gate_up (19456 x 2560) has 304 at splits 2, 4 and 8
         # alike and keeps 2 (finer groups on the same CTAs were never measured to help there).
         slots = NUM_SMS * _fused_plan(N, K, rows, default)[2]
-        one_round = fused_rounds(N, K, rows, default) == 1
         S, best, best_grid = default, default, fused_grid(N, K, rows, default)
         while S < warps and best_grid < FILL * slots and -(-K // 32) >= 2 * S * MIN_KBLOCKS:
             S *= 2
             grid = fused_grid(N, K, rows, S)
-            if grid > best_grid or not one_round:
+            if grid > best_grid or rounds > 1:
                 best, best_grid = S, max(grid, best_grid)
         return best
     if share_batches(N, K, warps, default) > 1 or gemv_groups(N, K, warps, default) <= NUM_SMS:
