@@ -86,14 +86,16 @@ __device__ __forceinline__ void arrive_and_merge(
         const float4 *op = reinterpret_cast<const float4 *>(o_part + pi * D) + c4;
         float M = -INFINITY, L = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s0 = 0; s0 < used; s0 += 8) {  // 8 splits' loads in flight per step
+        for (int s0 = 0; s0 < used; s0 += 8, mlp += 8, op += 8 * C4) {  // 8 splits' loads in flight
             // Past the last split the loads repeat it (its m leaves the max as it is) and the
-            // weight below is 0: no predicated copies of the loads (this code runs cold).
+            // weight below is 0: no predicated copies of the loads (this code runs cold). The
+            // pointers step per round, so split j of a round is a small offset from them.
+            const int last = used - 1 - s0;
             float2 ml[8];
             float4 ov[8];
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const int sj = min(s0 + j, used - 1);
+                const int sj = min(j, last);
                 ml[j] = __ldcg(mlp + sj);
                 ov[j] = __ldcg(op + sj * C4);
             }
