@@ -51,7 +51,6 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
     return r;
 }
 
-__device__ __forceinline__ float4 ldcg4(const float *p) { return __ldcg(reinterpret_cast<const float4 *>(p)); }
 
 // Called by the whole CTA after it wrote its partials (o_part/ml_part) of every head of group
 // (row, kvh). Returns after the merge when this CTA arrived last, else right away.
