@@ -31,11 +31,11 @@ struct SplitRange {
     int used;        // n: splits of this row that hold keys (0 when len == 0)
 };
 
-// NOTE (measured, BENCHMARKS session 23, call 5): the same layout in 32-bit arithmetic (no
-// 64-bit division calls) made Qwen3-0.6B's step 3.5% slower, with the code after the PDL wait
-// unchanged. This runs before the wait and delays the block-table and first K/V loads; the
-// likeliest reading is that earlier loads slow the qkv GEMV they overlap. Change its timing
-// only with an A/B.
+// NOTE (measured, BENCHMARKS sessions 23-24): the same layout in 32-bit arithmetic (no 64-bit
+// division calls, 3 KB less code) made Qwen3-0.6B's step 3.5% slower, with the code after the
+// PDL wait unchanged. It is not the timing of the loads that follow: delaying them by 0.25-1 us
+// (a sleep at entry) changed nothing, nor is it where the module's code lands. Change this
+// function only with an A/B.
 __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned block_size,
                                                   unsigned split) {
     SplitRange r;
