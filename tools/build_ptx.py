@@ -6,6 +6,7 @@
     python tools/build_ptx.py gemv       # rebuild one module
     python tools/build_ptx.py --trace DIR   # timeline-traced modules (-DFG_TRACE) into DIR, for
                                             # FIXEDGRAPH_PTX_DIR=DIR (tools/timeline.py)
+    python tools/build_ptx.py --trace DIR --light   # light records: thread 0 only, no entry barrier
 
 One module per .cu file (headers are *.cuh). Output is deterministic for a given nvcc: no line
 info, no file paths, and a first line naming the nvcc release and flags so a reader knows how
@@ -56,9 +57,13 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="compare with the committed PTX instead of writing")
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "nvcc")
     ap.add_argument("--trace", metavar="DIR", help="build with -DFG_TRACE (timeline records) into DIR instead")
+    ap.add_argument("--light", action="store_true",
+                    help="with --trace: light records (-DFG_TRACE_LIGHT: thread 0 only, no barrier at entry)")
     args = ap.parse_args()
     if args.trace and args.check:
         sys.exit("--trace and --check do not combine")
+    if args.light and not args.trace:
+        sys.exit("--light needs --trace DIR")
     release = nvcc_release(args.nvcc)
     sources = sorted(SRC.glob("*.cu"))
     if args.modules:
@@ -70,7 +75,8 @@ def main() -> int:
     out_dir = Path(args.trace) if args.trace else OUT
     out_dir.mkdir(parents=True, exist_ok=True)
     for cu in sources:
-        text = compile_one(args.nvcc, cu, release, ("-DFG_TRACE",) if args.trace else ())
+        defs = (("-DFG_TRACE",) + (("-DFG_TRACE_LIGHT",) if args.light else ())) if args.trace else ()
+        text = compile_one(args.nvcc, cu, release, defs)
         dst = out_dir / (cu.stem + ".ptx")
         if args.check:
             if not dst.exists() or dst.read_text() != text:

@@ -24,7 +24,10 @@
 # "1024 2048 4096 8192"); only when named.
 # timeline: tools/timeline.py (TIMELINE_MODELS, TIMELINE_CONTEXT): when each launch's CTAs became
 # resident, passed their PDL wait and exited, per SM, from kernels rebuilt with tracing;
-# TIMELINE_ENVS="NAME:VAR=VAL[,...] ..." repeats it under those variables (timeline_NAME/).
+# TIMELINE_ENVS="NAME:VAR=VAL[,...] ..." repeats it under those variables (timeline_NAME/);
+# TIMELINE_LIGHT=1: light records (thread 0 only, no entry barrier: the untraced order of work);
+# TIMELINE_AB=1: also each .ab side's own timeline (timeline_ab_NAME/; light when that tree's
+# tools/timeline.py has --light), so an A/B's sides can be compared CTA by CTA.
 # ncu: Nsight Compute stall samples per SASS instruction of the decode kernels as bench_kernels
 # launches them (0.6B GEMV shapes; attention at 4k and 32k keys), ranked by tools/ncu_stalls.py
 # into ncu_NAME.txt / .json (with ncu_NAME_details.txt: the sections' tables). NCU_CASES picks
@@ -177,16 +180,32 @@ for x in json.load(open(sys.argv[1]))['models']:
 fi
 if [[ " $stages " == *" timeline "* ]]; then
   # per-CTA timeline of one decode replay with the kernels rebuilt traced (only when named)
+  light=(); [ -n "${TIMELINE_LIGHT:-}" ] && light=(--light)
   timeout ${TIMELINE_TIMEOUT:-300} python3 tools/timeline.py --models ${TIMELINE_MODELS:-qwen3-0.6b,qwen3-8b} \
-    --context ${TIMELINE_CONTEXT:-128} --out "$OUT/timeline" > "$OUT/timeline.log" 2>&1
+    --context ${TIMELINE_CONTEXT:-128} --out "$OUT/timeline" "${light[@]}" > "$OUT/timeline.log" 2>&1
   note "timeline rc=$?"
   grep -v '^ ' "$OUT/timeline.log" | tail -30
+  if [ -n "${TIMELINE_AB:-}" ]; then  # each .ab side's own tree, its kernels traced as it builds them
+    site=${PYTHONPATH#$PWD:}
+    for d in .ab/*/; do
+      [ -d "$d" ] || continue
+      d=${d%/}; name=${d##*/}; dir=$(cd "$d" && pwd)
+      ls "$d"/fixedgraph/_driver*.so >/dev/null 2>&1 || (cd "$d" && python3 setup.py build_ext --inplace > "$OUT/build_${name}.log" 2>&1)
+      lt=(); [ ${#light[@]} -gt 0 ] && grep -q -- "--light" "$d/tools/timeline.py" && lt=(--light)
+      (cd "$dir" && PYTHONPATH="$dir:$site" timeout ${TIMELINE_TIMEOUT:-300} python3 tools/timeline.py \
+         --models ${TIMELINE_MODELS:-qwen3-0.6b,qwen3-8b} --context ${TIMELINE_CONTEXT:-128} \
+         --ptx-dir "/tmp/fixedgraph_ptx_trace_ab_$name" --out "$OUT/timeline_ab_$name" "${lt[@]}" \
+         > "$OUT/timeline_ab_$name.log" 2>&1)
+      note "timeline ab $name [$(cat "$d/AB_COMMIT" 2>/dev/null)] ${lt[*]} rc=$?"
+      grep -E '^(qwen|gemv|paged|replay)' "$OUT/timeline_ab_$name.log" | cut -c1-120 | tail -16
+    done
+  fi
   # TIMELINE_ENVS="NAME:VAR=VAL[,VAR=VAL...] ...": the same timeline again under those variables
   # (into timeline_NAME/), e.g. a knob's effect on where the CTAs land
   for spec in ${TIMELINE_ENVS:-}; do
     name=${spec%%:*}; IFS=, read -ra vars <<< "${spec#*:}"
     env "${vars[@]}" timeout ${TIMELINE_TIMEOUT:-300} python3 tools/timeline.py --models ${TIMELINE_MODELS:-qwen3-0.6b,qwen3-8b} \
-      --context ${TIMELINE_CONTEXT:-128} --out "$OUT/timeline_$name" > "$OUT/timeline_$name.log" 2>&1
+      --context ${TIMELINE_CONTEXT:-128} --out "$OUT/timeline_$name" "${light[@]}" > "$OUT/timeline_$name.log" 2>&1
     note "timeline $name (${vars[*]}) rc=$?"
     grep -v '^ ' "$OUT/timeline_$name.log" | grep -E '^(qwen|gemv|paged|replay)' | cut -c1-120 | tail -16
   done

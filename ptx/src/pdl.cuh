@@ -29,6 +29,10 @@
 // reached): FG_TRACE_MARK(k) in a kernel stamps mark k when thread 0 passes it, so a multi-phase
 // kernel can show where its time goes). fg_trace_count (u32, host-zeroed) numbers the records;
 // past fg_trace_cap they are dropped. The CTA syncs once at entry.
+// Light tracing (-DFG_TRACE -DFG_TRACE_LIGHT, `tools/build_ptx.py --trace DIR --light`): thread
+// 0 alone stamps and writes the record (entry, its own pass of the wait, the marks, its own exit;
+// last-warp word 0), with no barrier and no shared counter, so the kernels keep their untraced
+// order of work; for where CTAs land and when, where the full trace's entry sync may move them.
 #pragma once
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define FG_PDL_WAIT_RAW() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
@@ -67,11 +71,17 @@ struct FgTraceScope {
         if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
             for (int k = 0; k < 3 + FG_TRACE_MARKS; ++k) fg_trace_shared()[k] = 0ull;
         }
+#ifndef FG_TRACE_LIGHT
         __syncthreads();
+#endif
     }
     __device__ ~FgTraceScope() {
+#ifdef FG_TRACE_LIGHT  // thread 0's exit writes the record: its shared words are its own
+        if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0 || fg_trace_buf == nullptr) return;
+#else
         const unsigned long long n = (unsigned long long)blockDim.x * blockDim.y * blockDim.z;
         if (atomicAdd(&fg_trace_shared()[1], 1ull) != n - 1 || fg_trace_buf == nullptr) return;
+#endif
         const unsigned long long t1 = fg_globaltimer();
         const unsigned int i = atomicAdd(fg_trace_count, 1u);
         if (i >= fg_trace_cap) return;
@@ -88,12 +98,21 @@ struct FgTraceScope {
     }
 };
 #define FG_KERNEL_BEGIN() FgTraceScope fg_trace_scope_(__func__)
+#ifdef FG_TRACE_LIGHT
+#define FG_PDL_WAIT_STAMP(raw)                                                                  \
+    do {                                                                                        \
+        raw();                                                                                  \
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && fg_trace_shared()[0] == 0ull) \
+            fg_trace_shared()[0] = fg_globaltimer();                                            \
+    } while (0)
+#else
 #define FG_PDL_WAIT_STAMP(raw)                                                                  \
     do {                                                                                        \
         raw();                                                                                  \
         if (fg_trace_shared()[0] == 0ull) fg_trace_shared()[0] = fg_globaltimer();              \
         if ((threadIdx.x & 31u) == 0u) atomicMax(&fg_trace_shared()[2 + FG_TRACE_MARKS], fg_globaltimer()); \
     } while (0)
+#endif
 #define FG_PDL_WAIT() FG_PDL_WAIT_STAMP(FG_PDL_WAIT_RAW)
 #define FG_PDL_WAIT_ONLY() FG_PDL_WAIT_STAMP(FG_PDL_WAIT_ONLY_RAW)
 #define FG_TRACE_MARK(k)                                                                        \

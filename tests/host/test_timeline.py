@@ -1,5 +1,6 @@
 """fixedgraph.timeline on synthetic CTA records, and the traced PTX build (tools/build_ptx.py --trace)."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,26 @@ def test_traced_build_carries_the_globals_and_the_committed_ptx_does_not(tmp_pat
     assert f"#define FG_TRACE_MARKS {timeline.MARKS}" in src and "#define FG_TRACE_WORDS (6 + FG_TRACE_MARKS)" in src
     for p in (ROOT / "ptx").glob("*.ptx"):
         assert "fg_trace_buf" not in p.read_text(), p
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found: the traced PTX build needs it")
+def test_light_trace_drops_the_entry_barrier_and_keeps_the_records(tmp_path):
+    # --light: thread 0 alone stamps and writes the record, so each entry loses the barrier the
+    # full trace adds at its start and keeps the record layout the host parses
+    full, light = tmp_path / "full", tmp_path / "light"
+    for d, extra in ((full, []), (light, ["--light"])):
+        subprocess.run([sys.executable, str(ROOT / "tools/build_ptx.py"), "--trace", str(d), *extra, "meta"],
+                       check=True, capture_output=True)
+    f, l = (full / "meta.ptx").read_text(), (light / "meta.ptx").read_text()
+    assert "-DFG_TRACE_LIGHT" in l.splitlines()[0] and "-DFG_TRACE_LIGHT" not in f.splitlines()[0]
+    assert "fg_trace_buf" in l and "globaltimer" in l
+    assert str(timeline.fnv1a("stage_meta_ring") << 32) in l
+    entries = l.count(".entry ")
+    bars = lambda t: len(re.findall(r"\bbar(?:rier)?\.sync", t))  # noqa: E731
+    assert entries >= 2 and bars(f) - bars(l) >= entries
+    proc = subprocess.run([sys.executable, str(ROOT / "tools/build_ptx.py"), "--light", "meta"], capture_output=True,
+                          text=True)
+    assert proc.returncode != 0 and "--light needs --trace" in proc.stderr
 
 
 def test_every_kernel_entry_opens_its_trace_scope():
