@@ -76,7 +76,21 @@ def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132)
         raise ValueError(f"choose_num_splits: max_seq_len={max_seq_len}, rows={rows}, Hkv={Hkv}")
     want = 2 * num_sms // (rows * Hkv)  # CTAs per (row, kv head) that still fit in one wave
     by_len = max_seq_len // min_keys_per_split()
-    return max(1, min(want, by_len, MAX_SPLITS))
+    return max(1, min(want, by_len, max_splits()))
+
+
+def max_splits() -> int:
+    """FIXEDGRAPH_ATTN_MAX_SPLITS (default MAX_SPLITS): the most splits a graph plans per (row, kv
+    head). An A/B knob for long contexts: fewer, longer splits merge in fewer rounds of 8 partials
+    and put fewer CTAs beside the GEMV before the attention."""
+    raw = os.environ.get("FIXEDGRAPH_ATTN_MAX_SPLITS", str(MAX_SPLITS))
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"FIXEDGRAPH_ATTN_MAX_SPLITS={raw!r}: give a positive number of splits (default {MAX_SPLITS})")
+    return n
 
 
 def min_keys_per_split() -> int:

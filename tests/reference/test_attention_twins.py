@@ -343,3 +343,14 @@ def test_min_keys_knob(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_ATTN_MIN_KEYS", "0")
     with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_MIN_KEYS='0'"):
         ops.choose_num_splits(512, 1, 8)
+
+
+def test_max_splits_knob(monkeypatch):
+    """FIXEDGRAPH_ATTN_MAX_SPLITS caps the splits of long contexts only; garbage is refused."""
+    assert ops.choose_num_splits(32768, 1, 8) == ops.MAX_SPLITS
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_MAX_SPLITS", "16")
+    assert ops.choose_num_splits(32768, 1, 8) == 16
+    assert ops.choose_num_splits(512, 1, 8) == 512 // ops.MIN_KEYS_PER_SPLIT  # 8: under the cap
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_MAX_SPLITS", "x")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_MAX_SPLITS='x'"):
+        ops.choose_num_splits(32768, 1, 8)
