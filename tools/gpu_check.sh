@@ -196,7 +196,8 @@ if [[ " $stages " == *" timeline "* ]]; then
          --models ${TIMELINE_MODELS:-qwen3-0.6b,qwen3-8b} --context ${TIMELINE_CONTEXT:-128} \
          --ptx-dir "/tmp/fixedgraph_ptx_trace_ab_$name" --out "$OUT/timeline_ab_$name" "${lt[@]}" \
          > "$OUT/timeline_ab_$name.log" 2>&1)
-      note "timeline ab $name [$(cat "$d/AB_COMMIT" 2>/dev/null)] ${lt[*]} rc=$?"
+      rc=$?  # before the note's own command substitution resets $?
+      note "timeline ab $name [$(cat "$d/AB_COMMIT" 2>/dev/null)] ${lt[*]} rc=$rc"
       grep -E '^(qwen|gemv|paged|replay)' "$OUT/timeline_ab_$name.log" | cut -c1-120 | tail -16
     done
   fi
