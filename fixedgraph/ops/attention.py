@@ -79,31 +79,29 @@ def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132)
     return max(1, min(want, by_len, max_splits()))
 
 
-def max_splits() -> int:
-    """FIXEDGRAPH_ATTN_MAX_SPLITS (default MAX_SPLITS): the most splits a graph plans per (row, kv
-    head). An A/B knob for long contexts: fewer, longer splits merge in fewer rounds of 8 partials
-    and put fewer CTAs beside the GEMV before the attention."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_MAX_SPLITS", str(MAX_SPLITS))
+def _env_count(name: str, default: int, what: str) -> int:
+    """A positive integer knob from the environment; anything else is refused, naming it."""
+    raw = os.environ.get(name, str(default))
     try:
         n = int(raw)
     except ValueError:
         n = 0
     if n < 1:
-        raise ValueError(f"FIXEDGRAPH_ATTN_MAX_SPLITS={raw!r}: give a positive number of splits (default {MAX_SPLITS})")
+        raise ValueError(f"{name}={raw!r}: give a positive number of {what} (default {default})")
     return n
+
+
+def max_splits() -> int:
+    """FIXEDGRAPH_ATTN_MAX_SPLITS (default MAX_SPLITS): the most splits a graph plans per (row, kv
+    head). An A/B knob for long contexts: fewer, longer splits merge in fewer rounds of 8 partials
+    and put fewer CTAs beside the GEMV before the attention."""
+    return _env_count("FIXEDGRAPH_ATTN_MAX_SPLITS", MAX_SPLITS, "splits")
 
 
 def min_keys_per_split() -> int:
     """FIXEDGRAPH_ATTN_MIN_KEYS (default MIN_KEYS_PER_SPLIT): the fewest keys a graph's split
     count plans per split at its context bucket (an A/B knob; see choose_num_splits)."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_MIN_KEYS", str(MIN_KEYS_PER_SPLIT))
-    try:
-        keys = int(raw)
-    except ValueError:
-        keys = 0
-    if keys < 1:
-        raise ValueError(f"FIXEDGRAPH_ATTN_MIN_KEYS={raw!r}: give a positive number of keys (default {MIN_KEYS_PER_SPLIT})")
-    return keys
+    return _env_count("FIXEDGRAPH_ATTN_MIN_KEYS", MIN_KEYS_PER_SPLIT, "keys")
 
 
 def _ptr(a: Arg | None) -> Arg:
