@@ -53,6 +53,12 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+site=${PYTHONPATH#$PWD:}  # the path an .ab side runs with after its own tree
+# build_side DIR: the Cython extension of an .ab tree, built once per call (log: build_NAME.log)
+build_side() {
+  [ -f "$OUT/build_${1##*/}.log" ] && ls "$1"/fixedgraph/_driver*.so >/dev/null 2>&1 && return 0
+  (cd "$1" && python3 setup.py build_ext --inplace > "$OUT/build_${1##*/}.log" 2>&1)
+}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 t0=$(date +%s)
@@ -90,12 +96,11 @@ if want model && [ -f tools/bench.py ]; then
   grep -v '^ ' "$OUT/bench_model.log" | grep -v '^[{}]' | tail -60
 fi
 if want ab && { ls -d .ab/*/ >/dev/null 2>&1 || [ -n "${AB_ENVS:-}" ]; }; then
-  site=${PYTHONPATH#$PWD:}
   sides=()
   for d in .ab/*/; do
     [ -d "$d" ] || continue
     d=${d%/}
-    if (cd "$d" && python3 setup.py build_ext --inplace > "$OUT/build_${d##*/}.log" 2>&1); then sides+=("$d")
+    if build_side "$d"; then sides+=("$d")
     else tail -20 "$OUT/build_${d##*/}.log"; echo "BUILD FAILED: $d"; fi
   done
   # AB_ENVS="NAME:VAR=VAL[,VAR=VAL...] ...": sides that are this tree run with those variables
@@ -186,11 +191,10 @@ if [[ " $stages " == *" timeline "* ]]; then
   note "timeline rc=$?"
   grep -v '^ ' "$OUT/timeline.log" | tail -30
   if [ -n "${TIMELINE_AB:-}" ]; then  # each .ab side's own tree, its kernels traced as it builds them
-    site=${PYTHONPATH#$PWD:}
     for d in .ab/*/; do
       [ -d "$d" ] || continue
       d=${d%/}; name=${d##*/}; dir=$(cd "$d" && pwd)
-      ls "$d"/fixedgraph/_driver*.so >/dev/null 2>&1 || (cd "$d" && python3 setup.py build_ext --inplace > "$OUT/build_${name}.log" 2>&1)
+      build_side "$d" || { echo "BUILD FAILED: $d"; continue; }
       lt=(); [ ${#light[@]} -gt 0 ] && grep -q -- "--light" "$d/tools/timeline.py" && lt=(--light)
       (cd "$dir" && PYTHONPATH="$dir:$site" timeout ${TIMELINE_TIMEOUT:-300} python3 tools/timeline.py \
          --models ${TIMELINE_MODELS:-qwen3-0.6b,qwen3-8b} --context ${TIMELINE_CONTEXT:-128} \

@@ -51,7 +51,6 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
     return r;
 }
 
-
 // Called by the whole CTA after it wrote its partials (o_part/ml_part) of every head of group
 // (row, kvh). Returns after the merge when this CTA arrived last, else right away.
 // NOTE: one gpu-scope acquire-release increment by thread 0 after the CTA barrier orders the
