@@ -19,7 +19,10 @@ Qwen3-0.6B's qkv and gate_up run 128 / 192 CTAs instead of 256 / 384, all reside
 previous launch's CTAs (measured 0.679 -> 0.659 ms/token, docs/BENCHMARKS.md session 16).
 Plain launches that ``gemv_warps`` would give 512 threads (small N, long K: 0.6B o_proj /
 down_proj) take 256 with their whole share preloaded (``plain_warps``; FIXEDGRAPH_GEMV_NARROW),
-leaving half of each SM's registers to the next launch's CTAs (0.660 -> 0.653 ms/token).
+leaving half of each SM's registers to the next launch's CTAs (0.660 -> 0.653 ms/token), unless
+256 threads leave a warp more than one batch that 512 fit in one: each batch after the first
+waits on its own x round trip after the previous batch's mmas (0.6B down_proj, K 3072: 2
+batches at 256 threads, 1 at 512; session 25's timeline: 0.28 us less a launch).
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ STATIC_SMEM = 8768  # the kernels' static shared memory (ptxas -v)
 PRELOAD_WARP_BYTES = 2 * UNROLL * 32 * 16  # one warp's first W batch: [UNROLL][2 rows][32 lanes] x 16 B
 PLAIN_PRELOAD_WARP_BYTES = 2 * PLAIN_UNROLL * 32 * 16
 FUSED_SPLIT_DEFAULT = -1  # FIXEDGRAPH_GEMV_FUSED_SPLIT's default (fused_split): 0 gemv_split, -1 auto
-NARROW_DEFAULT = 1  # FIXEDGRAPH_GEMV_NARROW's default (narrow_enabled)
+NARROW_DEFAULT = "auto"  # FIXEDGRAPH_GEMV_NARROW's default (narrow_mode)
 
 
 def gemv_split(N: int, K: int, warps: int = WARPS) -> int:
@@ -227,17 +230,34 @@ def preloaded_carveout(depth: int, share: int) -> int | None:
     return 100 if raw == "max" and depth >= share >= 1 else None
 
 
-def narrow_enabled() -> bool:
-    """FIXEDGRAPH_GEMV_NARROW (default NARROW_DEFAULT): plain GEMVs that gemv_warps gives 512
-    threads (small N, long K: 0.6B o_proj / down_proj) take 256, half an SM's registers, with a
-    deeper preload, leaving room for the next launch's CTAs."""
-    return os.environ.get("FIXEDGRAPH_GEMV_NARROW", str(NARROW_DEFAULT)) != "0"
+def narrow_mode() -> str:
+    """FIXEDGRAPH_GEMV_NARROW (default NARROW_DEFAULT) for plain GEMVs that gemv_warps gives 512
+    threads (small N, long K: 0.6B o_proj / down_proj): "1" takes 256 threads, half an SM's
+    registers, with a deeper preload, leaving room for the next launch's CTAs; "0" keeps 512;
+    "auto" takes 256 unless that leaves a warp's k slice more than one batch which 512 threads
+    cover in one (``plain_warps``)."""
+    raw = os.environ.get("FIXEDGRAPH_GEMV_NARROW", NARROW_DEFAULT)
+    if raw not in ("0", "1", "auto"):
+        raise ValueError(f"FIXEDGRAPH_GEMV_NARROW={raw!r}: use 1 (256-thread CTAs), 0 (512) or auto "
+                         f"(256 unless 512 turn a warp's several batches into one; default {NARROW_DEFAULT})")
+    return raw
 
 
 def plain_warps(N: int, K: int, narrow: bool | None = None) -> int:
-    """Warps per block of a plain launch: gemv_warps, or WARPS when narrow (narrow_enabled())."""
+    """Warps per block of a plain launch: gemv_warps, or WARPS where it gives WIDE_WARPS and the
+    launch goes narrow (``narrow``; None: narrow_mode(), whose "auto" stays wide only where that
+    turns a warp's several batches into one)."""
     warps = gemv_warps(N, K)
-    return WARPS if warps == WIDE_WARPS and (narrow_enabled() if narrow is None else narrow) else warps
+    if warps != WIDE_WARPS:
+        return warps
+    if narrow is None:
+        mode = narrow_mode()
+        if mode == "auto":
+            narrow = not (share_batches(N, K, WARPS, gemv_split(N, K, WARPS), fused=False) > 1
+                          and share_batches(N, K, WIDE_WARPS, gemv_split(N, K, WIDE_WARPS), fused=False) == 1)
+        else:
+            narrow = mode == "1"
+    return WARPS if narrow else warps
 
 
 FILL = 0.9  # fused_split: the share of CTA slots a streaming layer's grid should fill
@@ -328,7 +348,7 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
     preload: True: the W preload area of ``preload_depth``; False: none, an int: that many
       batches per warp (both only to test those paths).
     split: warps per 16-column tile (a power of two <= the block's warps); None: gemv_split.
-    narrow: 256-thread CTAs where gemv_warps picks 512 (``plain_warps``); None: narrow_enabled().
+    narrow: 256-thread CTAs where gemv_warps picks 512 (``plain_warps``); None: narrow_mode().
     lean: take ``gemv_bf16_vec`` (the same results, a third of the code) where it applies; None:
       ``lean_enabled()``.
     Returns the op index.

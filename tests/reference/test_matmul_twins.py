@@ -377,6 +377,24 @@ def test_narrow_knob(monkeypatch):
         _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 3072, preload=4)
 
 
+def test_narrow_auto_default(monkeypatch):
+    """The default ("auto"): 256 threads unless 512 turn a warp's several batches into one. 0.6B
+    o_proj (K 2048: one batch at 256) stays narrow; down_proj (K 3072: two batches at 256, one at
+    512) goes wide with its one batch preloaded; a K whose share stays several batches at 512
+    (Llama-3.2-1B's down_proj, 2048 x 8192) stays narrow, as do launches gemv_warps gives 256."""
+    monkeypatch.delenv("FIXEDGRAPH_GEMV_NARROW", raising=False)
+    a = _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 2048)
+    assert (a.grid, a.block) == ((64, 1, 1), (256, 1, 1))
+    a = _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 3072)
+    assert (a.grid, a.block, a.args[-1], a.shared) == ((64, 1, 1), (512, 1, 1), 16,
+                                                        preload_shared(1024, 3072, False, 1, warps=16))
+    assert _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 2048, 8192).block == (256, 1, 1)
+    assert _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 4096, 12288).block == (256, 1, 1)
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_NARROW", "yes")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_NARROW='yes'"):
+        _launch_of(gemv, Ref("o"), Ref("x"), Ref("w"), None, 1, 1024, 3072)
+
+
 def test_fused_split_knob_rejects_garbage(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "auto")
     with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_FUSED_SPLIT='auto' is not an integer"):
