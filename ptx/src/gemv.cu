@@ -471,7 +471,7 @@ gemv_silu_bf16(bf16* __restrict__ out,            // [rows, N] bf16
 // and tokens[r] = argmax(logits[r]) with argmax_rows' order (ties to the lowest index, NaN
 // below every number), without a second launch or a re-read of the logits. Each thread keeps
 // the best (value, index) of its two rows over the outputs it stores; the CTA reduces them into
-// part[blockIdx.x, r]; the CTA that arrives last at `counter` (atomicInc, which wraps it back
+// part[r, blockIdx.x]; the CTA that arrives last at `counter` (an atomic inc, which wraps it back
 // to 0 for the next launch) reduces the gridDim.x partials of each row and writes the token
 // (and the host-mapped ring slot, as argmax_rows does).
 struct ArgmaxEpilogue {  // only the running bests live in registers through the GEMV
@@ -515,20 +515,37 @@ __device__ __forceinline__ void argmax_finish(ArgmaxEpilogue& e, int* tokens, in
     int i = kNone;
     for (uint32_t w = 0; w < warps; ++w)
       if (better(sval[w][threadIdx.x], sidx[w][threadIdx.x], v, i)) { v = sval[w][threadIdx.x]; i = sidx[w][threadIdx.x]; }
-    __stcg(part + (size_t)blockIdx.x * rows + threadIdx.x, make_int2(__float_as_int(v), i));
+    __stcg(part + (size_t)threadIdx.x * gridDim.x + blockIdx.x, make_int2(__float_as_int(v), i));
   }
-  __threadfence();
+  // The arrival as the decode attention's (attention_decode.cuh, arrive_and_merge): the barrier
+  // orders every part store before thread 0's release, and thread 0's acquire before every
+  // thread's part loads (one MEMBAR, where a __threadfence() in every thread before and after
+  // compiled to two MEMBAR.SC.GPU).
   __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicInc(counter, gridDim.x - 1) == gridDim.x - 1;
+  if (threadIdx.x == 0) {
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(gridDim.x - 1u)
+                 : "memory");
+    s_last = old == gridDim.x - 1u;
+  }
   __syncthreads();
   if (!s_last) return;
-  __threadfence();
   if (warp < rows) {  // warp r reduces row r (rows <= 8 <= warps)
     float v = __int_as_float(0x7fc00000);
     int i = kNone;
-    for (uint32_t b = lane; b < gridDim.x; b += 32) {
-      const int2 p = __ldcg(part + (size_t)b * rows + warp);
-      if (better(__int_as_float(p.x), p.y, v, i)) { v = __int_as_float(p.x); i = p.y; }
+    // Every lane's parts in flight at once, from one base at constant offsets (row r's parts are
+    // contiguous): one L2 round trip for up to 32 * PARTS CTAs, where a loop with one load a
+    // step took a round trip per 4 parts a lane.
+    constexpr int PARTS = 16;
+    const int2* pr = part + (size_t)warp * gridDim.x;
+    for (uint32_t b0 = lane; b0 < gridDim.x; b0 += 32 * PARTS) {
+      int2 p[PARTS];
+#pragma unroll
+      for (int j = 0; j < PARTS; ++j)
+        p[j] = b0 + 32u * j < gridDim.x ? __ldcg(pr + b0 + 32u * j) : make_int2(0x7fc00000, kNone);
+#pragma unroll
+      for (int j = 0; j < PARTS; ++j)
+        if (better(__int_as_float(p[j].x), p[j].y, v, i)) { v = __int_as_float(p[j].x); i = p[j].y; }
     }
     warp_best(v, i, 1);
     if (lane == 0) {
@@ -540,7 +557,7 @@ __device__ __forceinline__ void argmax_finish(ArgmaxEpilogue& e, int* tokens, in
 }
 
 // logits = rmsnorm(hidden_in + delta) @ W.T (+ bias) in f32, and tokens[r] = argmax(logits[r]).
-// part: [gridDim.x, rows] int2 scratch; counter: [1] u32, zero before the first launch (and
+// part: [rows, gridDim.x] int2 scratch; counter: [1] u32, zero before the first launch (and
 // after every complete one). Dynamic smem as gemv_rmsnorm_bf16. Needs K % 8 == 0 and a
 // 16-byte aligned W (else it writes nothing).
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
@@ -549,7 +566,7 @@ gemv_rmsnorm_argmax(float* __restrict__ logits,           // [rows, N] f32, writ
                     int* __restrict__ ring,               // [ring_len, rows] i32 (host-mapped), or NULL
                     const unsigned* __restrict__ step,    // [1] u32 decode step counter, or NULL
                     unsigned int ring_len,                // ring depth in steps (ignored without a ring)
-                    int2* part,                           // [gridDim.x, rows] scratch (other CTAs read it)
+                    int2* part,                           // [rows, gridDim.x] scratch (other CTAs read it)
                     unsigned int* counter,                // [1] u32 arrival counter, 0 at rest
                     const float* __restrict__ hidden_in,  // [rows, K] f32
                     const bf16* __restrict__ delta,       // [rows, K] bf16, or NULL
