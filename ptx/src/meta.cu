@@ -65,9 +65,13 @@ extern "C" __global__ void stage_meta_ring(unsigned int* __restrict__ dst, const
 // slot goes into shared memory *before* the PDL wait, so its PCIe round trip overlaps the
 // predecessor (the previous step's head): the host wrote the slot before launching the graph,
 // and the counter's last writer is the stage of a step back, which completed before the late
-// layer-0 GEMV that follows it started (fixedgraph/pdl.py). After the wait (the head done: it
-// reads the region's step field, and wrote tokens) the region, the counter and the rows are
-// written. One CTA; dynamic shared memory: words * 4 bytes rounded up to 16.
+// head that precedes this launch passed its wait (fixedgraph/pdl.py). It signals its dependents
+// at its start: layer 0's norm + qkv, which reads only its weights before its own wait and
+// signals late, launches during the head and copies its W as the head's CTAs leave (the
+// attention after it, which reads the region before its wait, still launches only once this
+// grid has completed). After the wait (the head done: it reads the region's step field, and
+// wrote tokens) the region, the counter and the rows are written. One CTA; dynamic shared
+// memory: words * 4 bytes rounded up to 16.
 extern "C" __global__ void stage_meta_ring_embed(unsigned int* __restrict__ dst, const unsigned int* __restrict__ staging,
                                                  unsigned int* __restrict__ counter, unsigned int stride_words,
                                                  unsigned int num_slots, unsigned int words,
@@ -76,9 +80,10 @@ extern "C" __global__ void stage_meta_ring_embed(unsigned int* __restrict__ dst,
                                                  const int* __restrict__ tokens,    // [rows] i32
                                                  unsigned int rows, unsigned int H, unsigned int V) { FG_KERNEL_BEGIN();
     extern __shared__ __align__(16) unsigned int stage_slot[];  // [words]
+    FG_PDL_TRIGGER();  // early: layer 0's norm + qkv (late, W only before its wait) may launch now
     const unsigned int c = __ldcg(counter);
     copy_words(stage_slot, staging + (size_t)(c % num_slots) * stride_words, words);
-    FG_PDL_WAIT();
+    FG_PDL_WAIT_ONLY();
     __syncthreads();  // every thread's slot words are in shared memory, and every thread has read `c`
     copy_words(dst, stage_slot, words);
     if (threadIdx.x == 0) *counter = c + 1;

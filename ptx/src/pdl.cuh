@@ -17,8 +17,9 @@
 // (weights) or data written by grids that precede the nearest late-signalling grid before it
 // (that grid's CTAs passed their wait, so its predecessor and everything earlier completed). The
 // fused decode attention, which reads staged metadata and old K/V before its wait, is itself late
-// and is preceded by the late embedding gather (and the staging kernel before it): the metadata
-// of its step and the K/V of earlier steps are always written by then.
+// and, in layer 0, is preceded by a late norm + qkv GEMV after the (early) staging kernel: the
+// metadata of its step and the K/V of earlier steps are always written by then
+// (fixedgraph/pdl.py checks every program at bind time).
 //
 // Timeline tracing (builds with -DFG_TRACE only: `tools/build_ptx.py --trace DIR`; the committed
 // PTX has none of it). FG_KERNEL_BEGIN() opens every entry; each CTA then appends one record of

@@ -66,13 +66,18 @@ def test_a_pool_written_by_a_grid_that_may_still_run():
 
 
 def test_the_fused_stage_needs_a_late_grid_before_the_attention():
-    # stage_meta_ring_embed writes the region itself (no embedding launch after it): layer 0's
-    # norm + qkv must signal late, else the attention can start while the region is written
-    fused = [launch("stage_meta_ring_embed")]
+    # stage_meta_ring_embed writes the region itself (no embedding launch after it) and signals
+    # early: layer 0's norm + qkv must signal late, else the attention can start while the
+    # region is written
+    for stage_early in (False, True):
+        fused = [launch("stage_meta_ring_embed", early=stage_early)]
+        with pytest.raises(LaunchConfigError, match="staged metadata.*launch 0 \\(stage_meta_ring_embed"):
+            check(fused + [launch("gemv_rmsnorm_bf16_row", early=True), att(0)])
+        check(fused + [launch("gemv_rmsnorm_bf16_row_late"), att(0), launch("gemv_bf16_vec", early=True),
+                       launch("gemv_rmsnorm_silu_bf16_row"), launch("gemv_bf16"), launch("gemv_rmsnorm_argmax")] * 2)
+    # an early stage right before the attention: nothing late between them
     with pytest.raises(LaunchConfigError, match="staged metadata.*launch 0 \\(stage_meta_ring_embed"):
-        check(fused + [launch("gemv_rmsnorm_bf16_row", early=True), att(0)])
-    check(fused + [launch("gemv_rmsnorm_bf16"), att(0), launch("gemv_bf16_vec", early=True),
-                   launch("gemv_rmsnorm_silu_bf16_row"), launch("gemv_bf16"), launch("gemv_rmsnorm_argmax")] * 2)
+        check([launch("stage_meta_ring_embed", early=True), att(0)])
 
 
 def test_a_full_edge_settles_everything_before_it():
@@ -96,7 +101,8 @@ def test_ptx_entries_say_when_they_signal():
 
 def test_committed_ptx_early_entries_are_the_lean_gemvs():
     early = {name for name, (_, e) in entry_index().items() if e.signals_early}
-    # the lean GEMVs but norm + gate_up + SiLU (late: measured faster, gemv.cu's LeanGrid)
-    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row"}
+    # the lean GEMVs but norm + gate_up + SiLU (late: measured faster, gemv.cu's LeanGrid) and
+    # layer 0's late norm + qkv, and the staging kernel (its successor reads only W early)
+    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "stage_meta_ring_embed"}
     for name in (f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128)):
         assert not entry_index()[name][1].signals_early
