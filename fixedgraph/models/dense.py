@@ -221,7 +221,7 @@ class DenseDecoder:
             gemv.gemv_rmsnorm(prog, Ref("qkv"), Ref(cur), Ref("delta") if i else None, Ref(other) if i else None,
                               Ref(L + "in_norm"), Ref(L + "qkv_w"), Ref(L + "qkv_b") if c.attention_bias else None,
                               rows, self.QKV, H, c.rms_norm_eps, label=f"{L}norm+qkv_proj",
-                              late=first_late and i == 0)
+                              lean=False if first_late and i == 0 else None)
             if i:
                 cur, other = other, cur
             self._attend_rope(prog, L, i, rows, mref, S)

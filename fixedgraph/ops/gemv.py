@@ -391,7 +391,7 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                  norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
                  out_f32: bool = False, label: str = "", split: int | None = None, lean: bool | None = None,
-                 preload: bool | int = True, late: bool = False) -> int:
+                 preload: bool | int = True) -> int:
     """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
 
     h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
@@ -404,9 +404,6 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     hidden_out): ping-pong two residual buffers.
     norm_w: [K] bf16. w: [N, K] bf16. bias: [N] bf16 or None. rows: 1..8. eps: variance epsilon.
     split: the k split, None: ``fused_split``'s. preload: as ``gemv``'s (tests).
-    late: an entry that signals its dependents after its PDL wait (fixedgraph/pdl.py), not at
-      its start: ``gemv_rmsnorm_bf16_row_late`` where the lean one-row entry applies, else the
-      generic entry (which signals late).
     Returns the op index.
     """
     rows, N, K = _check("gemv_rmsnorm", rows, N, K)
@@ -414,8 +411,7 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
         raise ValueError("gemv_rmsnorm: hidden_out must not alias hidden_in; ping-pong two residual buffers")
     entry = "gemv_rmsnorm_bf16_f32out" if out_f32 else "gemv_rmsnorm_bf16"
     if not out_f32 and lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
-        # the same results, a third of the code (lean_enabled)
-        entry = "gemv_rmsnorm_bf16_row_late" if late else "gemv_rmsnorm_bf16_row"
+        entry = "gemv_rmsnorm_bf16_row"  # the same results, a third of the code (lean_enabled)
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 

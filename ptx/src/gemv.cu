@@ -441,18 +441,6 @@ gemv_rmsnorm_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_i
   gemv_rmsnorm_entry<OUT_BF16, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
 }
 
-// Layer 0's norm + qkv, after the staging kernel that writes the region the attention reads
-// before its wait: gemv_rmsnorm_bf16_row's code, signalling late (fixedgraph/pdl.py), so that
-// the decode step's one late GEMV is not the generic entry's three times larger code run cold.
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
-gemv_rmsnorm_bf16_row_late(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
-                           float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
-                           const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
-                           unsigned int split, float eps) { FG_KERNEL_BEGIN();
-  gemv_rmsnorm_entry<OUT_BF16, true, /*EARLY=*/false>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K,
-                                                      split, eps);
-}
-
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_rmsnorm_silu_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_in,
                            const bf16* __restrict__ delta, float* __restrict__ hidden_out,

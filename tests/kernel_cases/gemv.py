@@ -274,20 +274,6 @@ def generic_rmsnorm_silu_case(rng):
                         hidden_out=True, bias=False, out_f32=False, silu=True, lean=False)
 
 
-# The late one-row entry (layer 0's norm + qkv after the staging kernel: no delta, no
-# hidden_out), and with both, on the 0.6B qkv shape.
-@kernel_case("gemv_rmsnorm_late_r1_4096x1024")
-def late_rmsnorm_case(rng):
-    return rmsnorm_case("gemv_rmsnorm_late_r1_4096x1024", rng, 1, 4096, 1024, delta=False, hidden_out=False,
-                        bias=False, out_f32=False, late=True)
-
-
-@kernel_case("gemv_rmsnorm_late_r1_4096x1024_delta_hout")
-def late_rmsnorm_delta_case(rng):
-    return rmsnorm_case("gemv_rmsnorm_late_r1_4096x1024_delta_hout", rng, 1, 4096, 1024, delta=True,
-                        hidden_out=True, bias=False, out_f32=False, late=True)
-
-
 # ---- head + argmax in one launch ------------------------------------------------------------
 # Row r gets a planted winner: column j_r whose W row is c * sign(x_r) (logit ~ 2.4 sqrt(K), far
 # above the ~N(0, 1) rest), and a copy of it 16 * m columns later (same place in its 16-column

@@ -264,10 +264,9 @@ def test_decode_step_opens_with_the_fused_stage(tiny, monkeypatch):
     one = tiny.model.decode_program(1, False, tiny.model.ctx_buckets[0])
     entries = [op.entry for op in one.ops]
     # the staging and the embedding in one launch; layer 0's norm + qkv after it signals late
-    # (the lean row entry's late form); the last down_proj too (the generic entry), so the head
-    # lands on idle SMs
+    # (the generic entry); the last down_proj too, so the head lands on idle SMs
     assert entries[0] == "stage_meta_ring_embed" and "embed_gather" not in entries
-    assert entries[1] == "gemv_rmsnorm_bf16_row_late" and entries[-2] == "gemv_bf16"
+    assert entries[1] == "gemv_rmsnorm_bf16" and entries[-2] == "gemv_bf16"
     monkeypatch.setattr(dense, "STAGE_EMBED_MAX_BYTES", 0)  # a blob too big for the fused stage
     two = tiny.model.decode_program(1, False, tiny.model.ctx_buckets[0])
     assert [op.entry for op in two.ops][:3] == ["stage_meta_ring", "embed_gather", "gemv_rmsnorm_bf16_row"]

@@ -83,7 +83,6 @@ def test_every_gemv_entry_has_cases():
     entries = {l.entry for n, f in load_all().items() if n.startswith("gemv_") for l in f(rng).program.launches}
     assert {"gemv_bf16", "gemv_bf16_vec", "gemv_bf16_f32out", "gemv_rmsnorm_bf16", "gemv_rmsnorm_bf16_row",
             "gemv_rmsnorm_bf16_f32out", "gemv_rmsnorm_silu_bf16", "gemv_rmsnorm_silu_bf16_row", "gemv_silu_bf16",
-            "gemv_rmsnorm_bf16_row_late",
             "gemv_rmsnorm_argmax"} <= entries
 
 
@@ -109,12 +108,6 @@ def test_lean_entries_take_the_launches_they_fit(monkeypatch):
     gemv_rmsnorm(q, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6)
     assert [l.entry for l in q.launches] == ["gemv_bf16", "gemv_rmsnorm_bf16"]
     assert gemv(q, Ref("o"), Ref("x"), Ref("w"), None, 3, 1024, 2048, lean=True) == 2 and q.launches[2].entry == "gemv_bf16_vec"
-    # late: the one-row entry that signals after its wait, else the generic one (late as well)
-    gemv_rmsnorm(q, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6, late=True)
-    monkeypatch.delenv("FIXEDGRAPH_GEMV_LEAN")
-    gemv_rmsnorm(q, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6, late=True)
-    gemv_rmsnorm(q, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 2, 4096, 1024, 1e-6, late=True)
-    assert [l.entry for l in q.launches[3:]] == ["gemv_rmsnorm_bf16", "gemv_rmsnorm_bf16_row_late", "gemv_rmsnorm_bf16"]
     with pytest.raises(ValueError):
         gemm(p, Ref("o"), Ref("x"), Ref("w"), None, 0, 10, 10)
 

@@ -168,14 +168,6 @@ def gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, n
     gemv_rmsnorm_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split, eps)
 
 
-@twin("gemv_rmsnorm_bf16_row_late")
-def gemv_rmsnorm_bf16_row_late(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
-                               eps):
-    _lean_check("gemv_rmsnorm_bf16_row_late", K, rows, (hidden_in, 16), (hidden_out, 16), (delta, 8), (norm_w, 8),
-                (w, 16), threads=block[0])
-    gemv_rmsnorm_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split, eps)
-
-
 @twin("gemv_rmsnorm_silu_bf16_row")
 def gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
                                split, eps):
