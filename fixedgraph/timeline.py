@@ -13,7 +13,8 @@ mark, counted from its first CTA's wait.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -142,11 +143,32 @@ def launch_times(records: np.ndarray, launches: list[tuple[int, str, str, int]])
     return out
 
 
+_LAYER = re.compile(r"^L\d+\.")
+
+
+def role(label: str) -> str:
+    """A launch's label without its layer prefix ("L3.o_proj" -> "o_proj"): what it does in a layer."""
+    return _LAYER.sub("", label)
+
+
 def by_entry(times: list[LaunchTimes]) -> list[dict]:
     """Means over the launches of each entry (the per-layer picture of a decode step)."""
+    return _group_rows(times, lambda t: t.entry)
+
+
+def by_role(times: list[LaunchTimes]) -> list[dict]:
+    """Means over the launches of each (role, entry): as ``by_entry``, but launches of one entry
+    that do different jobs in a layer (o_proj and down_proj, both ``gemv_bf16_vec``) get their own
+    rows, and a job done by another entry in one layer (layer 0's norm + qkv) its own; each row
+    also carries ``role``."""
+    return _group_rows(times, lambda t: (role(t.label), t.entry))
+
+
+def _group_rows(times: list[LaunchTimes], key) -> list[dict]:
     rows = []
-    for entry in dict.fromkeys(t.entry for t in times):
-        ts = [t for t in times if t.entry == entry]
+    for k in dict.fromkeys(key(t) for t in times):
+        ts = [t for t in times if key(t) == k]
+        entry = ts[0].entry
 
         def mean(key):
             v = [getattr(t, key) for t in ts if getattr(t, key) is not None]
@@ -163,7 +185,8 @@ def by_entry(times: list[LaunchTimes]) -> list[dict]:
             return out
 
         marks, cta_marks = mean_marks("marks_us"), mean_marks("cta_marks_us")
-        rows.append({"entry": entry, "launches": len(ts), "ctas": ts[0].ctas, "sms": mean("sms"),
+        rows.append({"entry": entry, "role": role(ts[0].label), "launches": len(ts), "ctas": ts[0].ctas,
+                     "sms": mean("sms"),
                      "late_share": mean("late_share"), "last_exit_late": mean("last_exit_late"),
                      "early_us": mean("early_us"), "release_us": mean("release_us"),
                      "after_wait_us": mean("after_wait_us"), "step_us": mean("step_us"),
@@ -172,26 +195,31 @@ def by_entry(times: list[LaunchTimes]) -> list[dict]:
     return rows
 
 
-def table(times: list[LaunchTimes]) -> str:
+def table(times: list[LaunchTimes], roles: bool = False) -> str:
+    """The per-launch facts as a table, a row per entry, or with ``roles`` a row per (role,
+    entry) (``by_role``: o_proj apart from down_proj), the role after the entry's name."""
     def f(v):
         return "-" if v is None else f"{v:7.2f}"
 
     def pct(v):
         return "    -" if v is None else f"{100 * v:4.0f}%"
 
-    lines = [f"{'entry':34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'late':>5s} {'last':>5s} {'early':>7s} {'release':>7s} "
+    def name(r):
+        return f"{r['entry']} {r['role']}" if roles else r["entry"]
+
+    lines = [f"{'entry' + (' role' if roles else ''):34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'late':>5s} {'last':>5s} {'early':>7s} {'release':>7s} "
              f"{'after':>7s} {'step':>7s} {'spread':>7s}   (µs per launch, means; late: CTAs that started only after "
              "the predecessor's last CTA exited; last: launches whose last exit was such a CTA's; early: resident "
              "before the predecessor's last CTA exited; release: its first wait passed after that exit; after: run "
              "after that wait; step: its last exit after the predecessor's; spread: a CTA's last warp past the wait "
              "after its first, median CTA)"]
-    rows = by_entry(times)
+    rows = by_role(times) if roles else by_entry(times)
     for r in rows:
         marks = "" if not r["marks_us"] else "   marks " + " ".join("-" if m is None else f"{m:.2f}"
                                                                  for m in r["marks_us"])
         if r["cta_marks_us"]:
             marks += "   per CTA " + " ".join("-" if m is None else f"{m:.2f}" for m in r["cta_marks_us"])
-        lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {pct(r['late_share'])} "
+        lines.append(f"{name(r)[:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {pct(r['late_share'])} "
                      f"{pct(r['last_exit_late'])} {f(r['early_us'])} "
                      f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])} {f(r['wait_spread_us'])}{marks}")
     if any(r["marks_us"] for r in rows):
@@ -311,6 +339,59 @@ def placement_table(rows: list[dict]) -> str:
                      + " ".join(f"{100 * v:4.0f}%" for v in r["stack"]) + "   "
                      + " ".join(f"{100 * v:4.0f}%" for v in r["shared_with"]) + "   "
                      + " ".join(f"{v:6.2f}" for v in r["cta_us"]))
+    return "\n".join(lines)
+
+
+COMPARED = ("step_us", "release_us", "after_wait_us", "early_us")  # compare(): the columns, in order
+
+
+def compare(sides: dict[str, dict]) -> str:
+    """Timelines of one decode step side by side (A/B trees, knobs), a block per (role, entry) of
+    the first side: each side's means of ``COMPARED`` and the median CTA's marks, and each
+    column's difference from the first side; then each side's replay span. ``sides``: name ->
+    a ``tools/timeline.py`` JSON (``launches`` as ``to_json`` writes them). Roles one side lacks
+    print as absent; a side's own extra roles are listed after. A role that several entries do
+    within one side (layer 0's norm + qkv on another entry than the other layers') is matched
+    across sides by the order of those entries' first launches, each side's entry on its line."""
+    groups, spans = {}, {}
+    for name, d in sides.items():
+        known = {f.name for f in fields(LaunchTimes)}  # a side written by an older timeline.py
+        times = [LaunchTimes(**{k: v for k, v in t.items() if k in known}) for t in d["launches"]]
+        rows, seen = {}, {}
+        for r in by_role(times):
+            i = seen[r["role"]] = seen.get(r["role"], -1) + 1
+            rows[(r["role"], i)] = r
+        groups[name] = rows
+        spans[name] = times[-1].end_last - times[0].start_first if times else 0.0
+    names = list(sides)
+    first = groups[names[0]]
+    keys = list(first)
+    for n in names[1:]:
+        keys += [k for k in groups[n] if k not in keys]
+    several = {k[0] for n in names for k in groups[n] if k[1] > 0}
+
+    def cell(v, b):
+        text = f"{'-':>7s}" if v is None else f"{v:7.2f}"
+        return text + (f" {v - b:+6.2f}" if v is not None and b is not None else " " * 7)
+
+    w = max(len(n) for n in names)
+    head = f"{'':{w}s} {'n':>3s} " + " ".join(f"{c.replace('_us', ''):>14s}" for c in COMPARED)
+    lines = [f"µs per launch, means over a role's launches; each column's change from {names[0]} beside it; "
+             "CTA marks: the median CTA's FG_TRACE_MARK(k) after its own wait", head]
+    for k in keys:
+        lines.append(k[0] + (f" #{k[1]}" if k[0] in several else ""))
+        base = first.get(k)
+        for n in names:
+            r = groups[n].get(k)
+            if r is None:
+                lines.append(f"{n:{w}s}   -  absent")
+                continue
+            ref = base if base is not None and n != names[0] else None
+            cols = " ".join(cell(r[c], None if ref is None else ref[c]) for c in COMPARED)
+            marks = "" if not r["cta_marks_us"] else "   CTA marks " + " ".join(
+                "-" if m is None else f"{m:.2f}" for m in r["cta_marks_us"])
+            lines.append(f"{n:{w}s} {r['launches']:3d} {cols}   {r['entry']}{marks}")
+    lines.append("replay span µs: " + ", ".join(f"{n} {spans[n]:.1f}" for n in names))
     return "\n".join(lines)
 
 

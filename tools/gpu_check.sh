@@ -203,6 +203,14 @@ if [[ " $stages " == *" timeline "* ]]; then
       rc=$?  # before the note's own command substitution resets $?
       note "timeline ab $name [$(cat "$d/AB_COMMIT" 2>/dev/null)] ${lt[*]} rc=$rc"
       grep -E '^(qwen|gemv|paged|replay)' "$OUT/timeline_ab_$name.log" | cut -c1-120 | tail -16
+      # this tree against the side, per role (o_proj apart from down_proj): timeline_cmp_NAME_MODEL.txt
+      for j in "$OUT"/timeline/timeline_*.json; do
+        b=$(basename "$j" .json); [[ "$b" != timeline_trace_* ]] || continue
+        [ -f "$OUT/timeline_ab_$name/$b.json" ] || continue
+        cmp="$OUT/timeline_cmp_${name}_${b#timeline_}.txt"
+        python3 tools/timeline_cmp.py "cand=$j" "$name=$OUT/timeline_ab_$name/$b.json" > "$cmp" 2>&1
+        tail -n +3 "$cmp" | cut -c1-110
+      done
     done
   fi
   # TIMELINE_ENVS="NAME:VAR=VAL[,VAR=VAL...] ...": the same timeline again under those variables

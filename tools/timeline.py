@@ -50,13 +50,14 @@ def main() -> int:
             times = timeline.launch_times(records, launches)
             kind = "light-traced" if a.light else "traced"
             print(f"\n{name}, decode at context {ctx}, {kind} kernels ({len(records)} CTA records):")
-            print(timeline.table(times))
+            print(timeline.table(times, roles=True))
             placement = timeline.sm_placement(records, launches)
             print(timeline.placement_table(placement))
             tag = name if len(contexts) == 1 else f"{name}_{ctx}"
             (out / f"timeline_{tag}.json").write_text(json.dumps(
                 {"model": name, "context": ctx, "launches": timeline.to_json(times),
-                 "by_entry": timeline.by_entry(times), "placement": placement}, indent=1))
+                 "by_entry": timeline.by_entry(times), "by_role": timeline.by_role(times),
+                 "placement": placement}, indent=1))
             (out / f"timeline_trace_{tag}.json").write_text(timeline.chrome_trace(records, launches))
         del llm
     return 0

@@ -169,3 +169,74 @@ def test_sm_placement_counts_stacking_and_sharing(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "timeline_sm.py"), str(path)], capture_output=True,
                          text=True, check=True).stdout
     assert "3+/SM" in out and "A" in out and "p90" in out
+
+
+def _times(spec):
+    """LaunchTimes from (label, entry, step, release) tuples, one CTA each, back to back."""
+    rows, launches, t = [], [], 1000
+    for i, (label, entry, step, release) in enumerate(spec):
+        start = t - 500  # resident 0.5 us before the predecessor's exit
+        wait = t + int(release * 1000)
+        end = t + int(step * 1000)
+        rows.append(_rec(entry, i % 4, 0, start, wait, end))
+        launches.append((i, label, entry, 1))
+        t = end
+    return timeline.launch_times(timeline.parse_records(np.array(rows, dtype=np.uint64)), launches)
+
+
+LAYER = [("L{}.norm+qkv_proj", "Q"), ("L{}.o_proj", "V"), ("L{}.down_proj", "V")]
+
+
+def _step(steps, first_qkv="G"):
+    spec = [("stage", "S", 1.0, 0.5)]
+    for layer in range(2):
+        for (label, entry), (step, release) in zip(LAYER, steps):
+            spec.append((label.format(layer), first_qkv if layer == 0 and entry == "Q" else entry, step, release))
+    return _times(spec)
+
+
+def test_roles_split_one_entry_by_what_it_does():
+    times = _step([(4.0, 1.0), (3.0, 1.0), (5.0, 1.2)])
+    assert timeline.role("L12.o_proj") == "o_proj" and timeline.role("lm_head") == "lm_head"
+    roles = [(r["role"], r["entry"], r["launches"]) for r in timeline.by_role(times)]
+    assert roles == [("stage", "S", 1), ("norm+qkv_proj", "G", 1), ("o_proj", "V", 2), ("down_proj", "V", 2),
+                     ("norm+qkv_proj", "Q", 1)]
+    by_entry = {r["entry"]: r for r in timeline.by_entry(times)}
+    assert by_entry["V"]["launches"] == 4 and by_entry["V"]["step_us"] == pytest.approx(4.0)
+    rows = {(r["role"], r["entry"]): r for r in timeline.by_role(times)}
+    assert rows[("o_proj", "V")]["step_us"] == pytest.approx(3.0) and rows[("down_proj", "V")]["step_us"] == pytest.approx(5.0)
+    assert "V down_proj" in timeline.table(times, roles=True) and "V down_proj" not in timeline.table(times)
+
+
+def test_compare_lines_up_roles_and_entries_across_sides():
+    base = {"launches": timeline.to_json(_step([(4.0, 1.0), (3.0, 1.0), (5.0, 1.2)]))}
+    # the other side: down_proj 0.5 us faster, layer 0's norm + qkv on another entry
+    other = {"launches": timeline.to_json(_step([(4.0, 1.0), (3.0, 1.0), (4.5, 1.2)], first_qkv="R"))}
+    text = timeline.compare({"base": base, "x": other})
+    lines = text.splitlines()
+    i = lines.index("down_proj")
+    assert lines[i + 1].split()[:3] == ["base", "2", "5.00"] and lines[i + 2].split()[:4] == ["x", "2", "4.50", "-0.50"]
+    # norm + qkv is done by two entries a side: matched by order, each side's entry on its line
+    j = lines.index("norm+qkv_proj #0")
+    assert lines[j + 1].split()[-1] == "G" and lines[j + 2].split()[-1] == "R" and "+0.00" in lines[j + 2]
+    assert "norm+qkv_proj #1" in lines
+    spans = lines[-1]
+    assert spans.startswith("replay span µs: base ") and "x " in spans
+    # a role only one side has
+    extra = {"launches": timeline.to_json(_times([("stage", "S", 1.0, 0.5), ("head", "H", 80.0, 2.0)]))}
+    lines = timeline.compare({"base": base, "y": extra}).splitlines()
+    k = lines.index("head")  # listed after the first side's roles, absent there
+    assert lines[k + 1].split() == ["base", "-", "absent"] and lines[k + 2].split()[:3] == ["y", "1", "80.00"]
+    assert lines[lines.index("o_proj") + 2].split() == ["y", "-", "absent"]
+
+
+def test_timeline_cmp_tool(tmp_path):
+    base = {"launches": timeline.to_json(_step([(4.0, 1.0), (3.0, 1.0), (5.0, 1.2)]))}
+    (tmp_path / "a.json").write_text(json.dumps(base))
+    (tmp_path / "bad.json").write_text(json.dumps({"no": 1}))
+    tool = str(ROOT / "tools" / "timeline_cmp.py")
+    out = subprocess.run([sys.executable, tool, f"main={tmp_path / 'a.json'}", f"again={tmp_path / 'a.json'}"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "o_proj" in out.stdout and "+0.00" in out.stdout
+    bad = subprocess.run([sys.executable, tool, str(tmp_path / "bad.json")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not a tools/timeline.py JSON" in bad.stderr
