@@ -207,7 +207,8 @@ def table(times: list[LaunchTimes], roles: bool = False) -> str:
     def name(r):
         return f"{r['entry']} {r['role']}" if roles else r["entry"]
 
-    lines = [f"{'entry' + (' role' if roles else ''):34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'late':>5s} {'last':>5s} {'early':>7s} {'release':>7s} "
+    first = "entry role" if roles else "entry"
+    lines = [f"{first:34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'late':>5s} {'last':>5s} {'early':>7s} {'release':>7s} "
              f"{'after':>7s} {'step':>7s} {'spread':>7s}   (µs per launch, means; late: CTAs that started only after "
              "the predecessor's last CTA exited; last: launches whose last exit was such a CTA's; early: resident "
              "before the predecessor's last CTA exited; release: its first wait passed after that exit; after: run "

@@ -28,7 +28,9 @@ def main() -> int:
 
     sides = {}
     for spec in a.sides:
-        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        name, sep, path = spec.partition("=")
+        if not sep or "/" in name:  # a bare path (which may itself hold "=")
+            name, path = "", spec
         name = name or Path(path).parent.name or path
         if name in sides:
             print(f"timeline_cmp: two sides named {name!r}: give NAME=PATH", file=sys.stderr)
