@@ -290,6 +290,22 @@ def by_entry(res: dict) -> list[tuple[str, int, float, int]]:
     return sorted(((k, v[0], v[1], v[2]) for k, v in agg.items()), key=lambda t: -t[2])
 
 
+def by_role(res: dict) -> list[tuple[str, str, int, float, int]]:
+    """(role, entry, launches, us, bytes) per role in a layer: the node's label without its layer
+    prefix (``fixedgraph.timeline.role``), with the entry, so that launches of one entry that do
+    different jobs (o_proj and down_proj, both ``gemv_bf16_vec``) and a job done by another entry
+    in one layer (layer 0's norm + qkv) are apart; slowest first."""
+    from fixedgraph.timeline import role
+
+    agg: dict[tuple[str, str], list] = {}
+    for x in res["nodes"]:
+        a = agg.setdefault((role(x["label"] or x["entry"]), x["entry"]), [0, 0.0, 0])
+        a[0] += 1
+        a[1] += x["us"]
+        a[2] += x["bytes"]
+    return sorted(((r, e, *v) for (r, e), v in agg.items()), key=lambda t: -t[3])
+
+
 def format_table(res: dict, top: int = 25) -> str:
     bw = res.get("copy_GBps") or 0
     total = res["sum_node_us"]
@@ -313,6 +329,13 @@ def format_table(res: dict, top: int = 25) -> str:
         gbps = nbytes / (us * 1e3) if us else 0
         lines.append(f"{entry:<28} {n:>4} {us:>9.1f} {us / total * 100:>5.1f}% {gbps:>7.0f} "
                      f"{gbps / bw * 100 if bw else 0:>5.0f}%")
+    roles = by_role(res)
+    if len(roles) > len(by_entry(res)):  # some entry does several jobs: the same time per role
+        lines.append(f"{'role (entry)':<58} {'n':>4} {'us':>9} {'per launch':>10} {'GB/s':>7} {'of bw':>6}")
+        for r, entry, n, us, nbytes in roles:
+            gbps = nbytes / (us * 1e3) if us else 0
+            lines.append(f"{(r + ' (' + entry + ')')[:58]:<58} {n:>4} {us:>9.1f} {us / n:>10.2f} {gbps:>7.0f} "
+                         f"{gbps / bw * 100 if bw else 0:>5.0f}%")
     if res.get("in_graph"):
         lines.append("in the graph (replay without an entry's launches / with only them), us:")
         lines.append(f"{'entry':<28} {'n':>4} {'marginal':>9} {'per launch':>10} {'alone':>9} {'per launch':>10}")

@@ -5,7 +5,7 @@ from fixedgraph.backends.base import bind
 from fixedgraph.backends.reference import ReferenceDevice
 from fixedgraph.models.config import ModelConfig
 from fixedgraph.models.dense import DenseDecoder, Sizes
-from fixedgraph.profile import by_entry, chrome_trace, format_table, node_cost, step_gaps
+from fixedgraph.profile import by_entry, by_role, chrome_trace, format_table, node_cost, step_gaps
 
 
 def decode_costs(ctx: int):
@@ -51,3 +51,24 @@ def test_table_and_trace():
     assert "cluster" not in trace[0]["args"]
     nodes[1]["cluster"] = (4, 1, 1)
     assert json.loads(chrome_trace(res))["traceEvents"][1]["args"]["cluster"] == [4, 1, 1]
+
+
+def test_roles_split_an_entry_by_its_jobs():
+    # o_proj and down_proj share gemv_bf16_vec; layer 0's qkv runs another entry than layer 1's
+    spec = [("L0.norm+qkv", "gemv_rmsnorm_bf16", 7.0, 8_000_000), ("L0.o_proj", "gemv_bf16_vec", 2.0, 4_000_000),
+            ("L0.down_proj", "gemv_bf16_vec", 3.0, 6_000_000), ("L1.norm+qkv", "gemv_rmsnorm_bf16_row", 4.0, 8_000_000),
+            ("L1.o_proj", "gemv_bf16_vec", 2.0, 4_000_000), ("L1.down_proj", "gemv_bf16_vec", 4.0, 6_000_000)]
+    nodes = [{"index": i, "label": l, "entry": e, "grid": (8, 1, 1), "block": (256, 1, 1), "us": us, "bytes": b,
+              "flops": 0, "gbps": b / (us * 1e3)} for i, (l, e, us, b) in enumerate(spec)]
+    res = {"context": 128, "launches_per_step": 6, "graph_step_gpu_us": 22.0, "tpot_us": 22.0,
+           "gpu_idle_between_steps_us": 1.0, "host_us_per_step": 3.0, "bytes_per_step": 36_000_000,
+           "copy_GBps": 4000.0, "floor_us": 9.0, "sum_node_us": 22.0, "nodes": nodes}
+    roles = {(r, e): (n, us, b) for r, e, n, us, b in by_role(res)}
+    assert roles[("down_proj", "gemv_bf16_vec")] == (2, 7.0, 12_000_000)
+    assert roles[("o_proj", "gemv_bf16_vec")] == (2, 4.0, 8_000_000)
+    assert ("norm+qkv", "gemv_rmsnorm_bf16") in roles and ("norm+qkv", "gemv_rmsnorm_bf16_row") in roles
+    table = format_table(res)
+    assert "down_proj (gemv_bf16_vec)" in table and "3.50" in table  # 7 us over 2 launches
+    # one job per entry: no role table
+    res["nodes"] = [n for n in nodes if n["entry"] != "gemv_bf16_vec"]
+    assert "role (entry)" not in format_table(res)
