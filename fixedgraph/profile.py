@@ -46,6 +46,15 @@ class NodeCost:
     def gbps(self) -> float:
         return self.bytes / (self.us * 1e3) if self.us > 0 else 0.0
 
+    @property
+    def tflops(self) -> float:
+        return self.flops / (self.us * 1e6) if self.us > 0 else 0.0
+
+
+def _tflops(flops: float, us: float) -> float:
+    """TFLOP/s of ``flops`` done in ``us`` microseconds."""
+    return flops / (us * 1e6) if us > 0 else 0.0
+
 
 def gpu_ms(device, fn, reps: int, warmup: int = 1) -> float:
     """Mean GPU ms of ``fn()`` (something that enqueues work on ``device.stream``), timed with
@@ -274,24 +283,27 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
         "host_step_us": host,
         "bytes_per_step": total_bytes, "copy_GBps": copy_gbps,
         "floor_us": total_bytes / (copy_gbps * 1e3) if copy_gbps else None,
-        "nodes": [dict(asdict(x), gbps=x.gbps) for x in nodes],
+        "flops_per_step": sum(x.flops for x in nodes),
+        "nodes": [dict(asdict(x), gbps=x.gbps, tflops=x.tflops) for x in nodes],
         "in_graph": ablation_rows,
     }
     return res
 
 
-def by_entry(res: dict) -> list[tuple[str, int, float, int]]:
+def by_entry(res: dict) -> list[tuple[str, int, float, int, int]]:
+    """(entry, launches, us, bytes, FLOPs) per kernel entry, slowest first."""
     agg: dict[str, list] = {}
     for x in res["nodes"]:
-        a = agg.setdefault(x["entry"], [0, 0.0, 0])
+        a = agg.setdefault(x["entry"], [0, 0.0, 0, 0])
         a[0] += 1
         a[1] += x["us"]
         a[2] += x["bytes"]
-    return sorted(((k, v[0], v[1], v[2]) for k, v in agg.items()), key=lambda t: -t[2])
+        a[3] += x.get("flops", 0)
+    return sorted(((k, *v) for k, v in agg.items()), key=lambda t: -t[2])
 
 
-def by_role(res: dict) -> list[tuple[str, str, int, float, int]]:
-    """(role, entry, launches, us, bytes) per role in a layer: the node's label without its layer
+def by_role(res: dict) -> list[tuple[str, str, int, float, int, int]]:
+    """(role, entry, launches, us, bytes, FLOPs) per role in a layer: the node's label without its layer
     prefix (``fixedgraph.timeline.role``), with the entry, so that launches of one entry that do
     different jobs (o_proj and down_proj, both ``gemv_bf16_vec``) and a job done by another entry
     in one layer (layer 0's norm + qkv) are apart; slowest first."""
@@ -299,10 +311,11 @@ def by_role(res: dict) -> list[tuple[str, str, int, float, int]]:
 
     agg: dict[tuple[str, str], list] = {}
     for x in res["nodes"]:
-        a = agg.setdefault((role(x["label"] or x["entry"]), x["entry"]), [0, 0.0, 0])
+        a = agg.setdefault((role(x["label"] or x["entry"]), x["entry"]), [0, 0.0, 0, 0])
         a[0] += 1
         a[1] += x["us"]
         a[2] += x["bytes"]
+        a[3] += x.get("flops", 0)
     return sorted(((r, e, *v) for (r, e), v in agg.items()), key=lambda t: -t[3])
 
 
@@ -324,18 +337,22 @@ def format_table(res: dict, top: int = 25) -> str:
     if res.get("floor_us"):
         lines.append(f"bytes/step {res['bytes_per_step'] / 1e6:.1f} MB; floor {res['floor_us']:.1f} us at "
                      f"{bw:.0f} GB/s; graph at {res['floor_us'] / res['graph_step_gpu_us'] * 100:.0f}% of floor")
-    lines.append(f"{'entry':<28} {'n':>4} {'us':>9} {'share':>6} {'GB/s':>7} {'of bw':>6}")
-    for entry, n, us, nbytes in by_entry(res):
+    flops = sum(x.get("flops", 0) for x in res["nodes"])
+    lines.append(f"FLOPs/step {flops / 1e9:.2f} GFLOP: {_tflops(flops, res['graph_step_gpu_us']):.2f} TFLOP/s over "
+                 f"the graph's step, {_tflops(flops, total):.2f} over the eager nodes' sum")
+    lines.append(f"{'entry':<28} {'n':>4} {'us':>9} {'share':>6} {'GB/s':>7} {'of bw':>6} {'TFLOP/s':>8}")
+    for entry, n, us, nbytes, fl in by_entry(res):
         gbps = nbytes / (us * 1e3) if us else 0
         lines.append(f"{entry:<28} {n:>4} {us:>9.1f} {us / total * 100:>5.1f}% {gbps:>7.0f} "
-                     f"{gbps / bw * 100 if bw else 0:>5.0f}%")
+                     f"{gbps / bw * 100 if bw else 0:>5.0f}% {_tflops(fl, us):>8.2f}")
     roles = by_role(res)
     if len(roles) > len(by_entry(res)):  # some entry does several jobs: the same time per role
-        lines.append(f"{'role (entry)':<58} {'n':>4} {'us':>9} {'per launch':>10} {'GB/s':>7} {'of bw':>6}")
-        for r, entry, n, us, nbytes in roles:
+        lines.append(f"{'role (entry)':<58} {'n':>4} {'us':>9} {'per launch':>10} {'GB/s':>7} {'of bw':>6} "
+                     f"{'TFLOP/s':>8}")
+        for r, entry, n, us, nbytes, fl in roles:
             gbps = nbytes / (us * 1e3) if us else 0
             lines.append(f"{(r + ' (' + entry + ')')[:58]:<58} {n:>4} {us:>9.1f} {us / n:>10.2f} {gbps:>7.0f} "
-                         f"{gbps / bw * 100 if bw else 0:>5.0f}%")
+                         f"{gbps / bw * 100 if bw else 0:>5.0f}% {_tflops(fl, us):>8.2f}")
     if res.get("in_graph"):
         lines.append("in the graph (replay without an entry's launches / with only them), us:")
         lines.append(f"{'entry':<28} {'n':>4} {'marginal':>9} {'per launch':>10} {'alone':>9} {'per launch':>10}")
@@ -345,7 +362,7 @@ def format_table(res: dict, top: int = 25) -> str:
     lines.append("slowest nodes:")
     for x in sorted(res["nodes"], key=lambda x: -x["us"])[:top]:
         lines.append(f"  {x['index']:>4} {x['label'][:30]:<30} {x['entry']:<26} {x['us']:>8.1f} us "
-                     f"{x['gbps']:>6.0f} GB/s grid {x['grid'][0]}")
+                     f"{x['gbps']:>6.0f} GB/s {_tflops(x.get('flops', 0), x['us']):>6.2f} TFLOP/s grid {x['grid'][0]}")
     return "\n".join(lines)
 
 
@@ -353,7 +370,8 @@ def chrome_trace(res: dict) -> str:
     """The eager per-node timeline as a Chrome/Perfetto trace (open in ui.perfetto.dev)."""
     t, events = 0.0, []
     for x in res["nodes"]:
-        args = {"bytes": x["bytes"], "GB/s": round(x["gbps"], 1), "grid": list(x["grid"])}
+        args = {"bytes": x["bytes"], "GB/s": round(x["gbps"], 1), "FLOPs": x.get("flops", 0),
+                "TFLOP/s": round(_tflops(x.get("flops", 0), x["us"]), 3), "grid": list(x["grid"])}
         if any(c > 1 for c in x.get("cluster", ())):
             args["cluster"] = list(x["cluster"])
         events.append({"name": x["label"] or x["entry"], "cat": x["entry"], "ph": "X", "ts": t, "dur": x["us"],

@@ -23,8 +23,10 @@ def test_profile_decode_in_graph(cuda, tmp_path, rng):
     for a in rows:
         assert 0 < a["without_us"] < a["full_us"] * 1.5 and a["alone_us"] > 0
         assert abs(a["marginal_us"] - (a["full_us"] - a["without_us"])) < 1e-9
+    assert res["flops_per_step"] == sum(n["flops"] for n in res["nodes"]) > 0
+    assert all(n["tflops"] >= 0 for n in res["nodes"])
     table = format_table(res)
-    assert "in the graph" in table and all(a["entry"] in table for a in rows)
+    assert "in the graph" in table and all(a["entry"] in table for a in rows) and "TFLOP/s" in table
 
 
 def test_prefill_timing_past_the_largest_chunk(cuda, tmp_path, rng):

@@ -37,7 +37,7 @@ def test_table_and_trace():
     res = {"context": 128, "launches_per_step": 3, "graph_step_gpu_us": 15.0, "tpot_us": 16.0,
            "gpu_idle_between_steps_us": 1.0, "host_us_per_step": 3.0, "bytes_per_step": 50_600_000,
            "copy_GBps": 4000.0, "floor_us": 12.65, "sum_node_us": 17.0, "nodes": nodes}
-    assert by_entry(res)[0] == ("gemv_bf16", 2, 15.0, 50_000_000)
+    assert by_entry(res)[0] == ("gemv_bf16", 2, 15.0, 50_000_000, 0)
     table = format_table(res)
     assert "gemv_bf16" in table and "84% of floor" in table
     res["in_graph"] = [{"entry": "gemv_bf16", "launches": 2, "full_us": 15.0, "without_us": 4.0, "marginal_us": 11.0,
@@ -63,7 +63,7 @@ def test_roles_split_an_entry_by_its_jobs():
     res = {"context": 128, "launches_per_step": 6, "graph_step_gpu_us": 22.0, "tpot_us": 22.0,
            "gpu_idle_between_steps_us": 1.0, "host_us_per_step": 3.0, "bytes_per_step": 36_000_000,
            "copy_GBps": 4000.0, "floor_us": 9.0, "sum_node_us": 22.0, "nodes": nodes}
-    roles = {(r, e): (n, us, b) for r, e, n, us, b in by_role(res)}
+    roles = {(r, e): (n, us, b) for r, e, n, us, b, _ in by_role(res)}
     assert roles[("down_proj", "gemv_bf16_vec")] == (2, 7.0, 12_000_000)
     assert roles[("o_proj", "gemv_bf16_vec")] == (2, 4.0, 8_000_000)
     assert ("norm+qkv", "gemv_rmsnorm_bf16") in roles and ("norm+qkv", "gemv_rmsnorm_bf16_row") in roles
@@ -72,3 +72,21 @@ def test_roles_split_an_entry_by_its_jobs():
     # one job per entry: no role table
     res["nodes"] = [n for n in nodes if n["entry"] != "gemv_bf16_vec"]
     assert "role (entry)" not in format_table(res)
+
+
+def test_flops_and_tflops_are_reported():
+    # two GEMVs of 2 * N * K FLOPs each (N=4096, K=1024) and a node without FLOPs
+    nodes = [{"index": i, "label": f"L{i}.qkv", "entry": "gemv_bf16", "grid": (8, 1, 1), "block": (256, 1, 1),
+              "us": us, "bytes": 8_000_000, "flops": fl, "gbps": 8_000_000 / (us * 1e3)}
+             for i, (us, fl) in enumerate([(4.0, 2 * 4096 * 1024), (4.0, 2 * 4096 * 1024), (2.0, 0)])]
+    res = {"context": 128, "launches_per_step": 3, "graph_step_gpu_us": 8.0, "tpot_us": 8.0,
+           "gpu_idle_between_steps_us": 1.0, "host_us_per_step": 3.0, "bytes_per_step": 24_000_000,
+           "copy_GBps": 4000.0, "floor_us": 6.0, "sum_node_us": 10.0, "nodes": nodes}
+    assert by_entry(res)[0][4] == 4 * 4096 * 1024
+    table = format_table(res)
+    # 16.8 MFLOP over the 8 us step: 2.10 TFLOP/s; per entry over 10 us: 1.68
+    assert "FLOPs/step 0.02 GFLOP: 2.10 TFLOP/s over the graph's step, 1.68 over" in table
+    assert table.splitlines()[4].split()[-1] == "1.68"  # the entry row's TFLOP/s column
+    assert "2.10 TFLOP/s grid 8" in table  # one node: 8.4 MFLOP in 4 us
+    args = json.loads(chrome_trace(res))["traceEvents"][0]["args"]
+    assert args["FLOPs"] == 2 * 4096 * 1024 and args["TFLOP/s"] == 2.097
