@@ -48,7 +48,7 @@ class NodeCost:
 
     @property
     def tflops(self) -> float:
-        return self.flops / (self.us * 1e6) if self.us > 0 else 0.0
+        return _tflops(self.flops, self.us)
 
 
 def _tflops(flops: float, us: float) -> float:
@@ -290,15 +290,21 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
     return res
 
 
-def by_entry(res: dict) -> list[tuple[str, int, float, int, int]]:
-    """(entry, launches, us, bytes, FLOPs) per kernel entry, slowest first."""
-    agg: dict[str, list] = {}
+def _totals(res: dict, key) -> dict:
+    """key(node) -> [launches, us, bytes, FLOPs] summed over the nodes with that key."""
+    agg: dict = {}
     for x in res["nodes"]:
-        a = agg.setdefault(x["entry"], [0, 0.0, 0, 0])
+        a = agg.setdefault(key(x), [0, 0.0, 0, 0])
         a[0] += 1
         a[1] += x["us"]
         a[2] += x["bytes"]
         a[3] += x.get("flops", 0)
+    return agg
+
+
+def by_entry(res: dict) -> list[tuple[str, int, float, int, int]]:
+    """(entry, launches, us, bytes, FLOPs) per kernel entry, slowest first."""
+    agg = _totals(res, lambda x: x["entry"])
     return sorted(((k, *v) for k, v in agg.items()), key=lambda t: -t[2])
 
 
@@ -309,13 +315,7 @@ def by_role(res: dict) -> list[tuple[str, str, int, float, int, int]]:
     in one layer (layer 0's norm + qkv) are apart; slowest first."""
     from fixedgraph.timeline import role
 
-    agg: dict[tuple[str, str], list] = {}
-    for x in res["nodes"]:
-        a = agg.setdefault((role(x["label"] or x["entry"]), x["entry"]), [0, 0.0, 0, 0])
-        a[0] += 1
-        a[1] += x["us"]
-        a[2] += x["bytes"]
-        a[3] += x.get("flops", 0)
+    agg = _totals(res, lambda x: (role(x["label"] or x["entry"]), x["entry"]))
     return sorted(((r, e, *v) for (r, e), v in agg.items()), key=lambda t: -t[3])
 
 
