@@ -372,8 +372,9 @@ def gemv(prog: Program, out: Arg, x: Arg, w: Arg, bias: Arg | None, rows: int, N
 
 
 def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: int, eps: float | None,
-                  label: str, split: int | None = None, takes_split: bool = True, preload: bool | int = True) -> int:
-    """Launch a fused entry with arguments (*head, rows, N, K[, split][, eps]); the split is
+                  label: str, split: int | None = None, takes_split: bool = True, preload: bool | int = True,
+                  tail: tuple = ()) -> int:
+    """Launch a fused entry with arguments (*head, rows, N, K[, split][, eps], *tail); the split is
     ``fused_split``'s unless the entry takes none (gemv_split's then)."""
     S = _split_arg(N, K, fused_split(N, K, rows, split) if takes_split else None)
     shared = launch_shared(rows, N, K, True, preload, split=S)
@@ -383,15 +384,29 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
                              f"{SMEM_PER_BLOCK - STATIC_SMEM}; run the unfused op and gemv instead")
         raise ValueError(f"{entry}: x and a W preload of {preload} batches per warp need {shared} bytes of shared "
                          f"memory, more than {SMEM_PER_BLOCK - STATIC_SMEM}; give fewer batches")
-    args = (*head, rows, N, K, *((S,) if takes_split else ()), *(() if eps is None else (float(eps),)))
+    args = (*head, rows, N, K, *((S,) if takes_split else ()), *(() if eps is None else (float(eps),)), *tail)
     return prog.launch(entry, (fused_grid(N, K, rows, S), 1, 1), (32 * gemv_warps(N, K), 1, 1), args,
                        shared=shared, label=label or entry)
+
+
+ROW_ANY = "gemv_rmsnorm_any_bf16_row"  # both row GEMVs from one copy of code (row_share)
+
+
+def row_share() -> bool:
+    """FIXEDGRAPH_GEMV_ROWSHARE (default "0": an A/B knob until measured): "1" makes one-row launches of norm + GEMV and of norm + gate_up
+    + SiLU both take ``gemv_rmsnorm_any_bf16_row`` (the same results and bits as the two _row
+    entries, one copy of code, signalling early) so that each finds its code warm from the other;
+    "0" keeps the two entries."""
+    raw = os.environ.get("FIXEDGRAPH_GEMV_ROWSHARE", "0")
+    if raw not in ("0", "1"):
+        raise ValueError(f"FIXEDGRAPH_GEMV_ROWSHARE={raw!r}: use 1 (one entry for both row GEMVs) or 0 (two)")
+    return raw == "1"
 
 
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                  norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
                  out_f32: bool = False, label: str = "", split: int | None = None, lean: bool | None = None,
-                 preload: bool | int = True) -> int:
+                 preload: bool | int = True, share: bool | None = None) -> int:
     """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
 
     h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
@@ -404,6 +419,7 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     hidden_out): ping-pong two residual buffers.
     norm_w: [K] bf16. w: [N, K] bf16. bias: [N] bf16 or None. rows: 1..8. eps: variance epsilon.
     split: the k split, None: ``fused_split``'s. preload: as ``gemv``'s (tests).
+    share: a one-row lean launch takes ``gemv_rmsnorm_any_bf16_row``; None: ``row_share()``.
     Returns the op index.
     """
     rows, N, K = _check("gemv_rmsnorm", rows, N, K)
@@ -413,13 +429,15 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     if not out_f32 and lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_bf16_row"  # the same results, a third of the code (lean_enabled)
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
+    if entry == "gemv_rmsnorm_bf16_row" and (row_share() if share is None else share):
+        return _fused_launch(prog, ROW_ANY, head, rows, N, K, eps, label, split, preload=preload, tail=(0,))
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 
 
 def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                       norm_w: Arg, w: Arg, bias: Arg | None, rows: int, I: int, K: int, eps: float,
                       label: str = "", split: int | None = None, lean: bool | None = None,
-                      preload: bool | int = True) -> int:
+                      preload: bool | int = True, share: bool | None = None) -> int:
     """The MLP's activation straight from the residual stream, replacing add_rmsnorm + gate_up
     GEMV + silu_mul: gate_up = rmsnorm(hidden_in + delta) @ w.T (+ bias) (gemv_rmsnorm's
     rounding), out[r, j] = bf16(bf16(silu(gate_up[r, j])) * gate_up[r, I + j]) (silu_mul's).
@@ -436,6 +454,8 @@ def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None
     entry = "gemv_rmsnorm_silu_bf16"
     if lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_silu_bf16_row"  # the same results, a third of the code (lean_enabled)
+        if row_share() if share is None else share:
+            return _fused_launch(prog, ROW_ANY, head, rows, N, K, eps, label, split, preload=preload, tail=(1,))
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 
 

@@ -95,11 +95,19 @@ __device__ __forceinline__ WRows w_rows_paired(const bf16* W, uint32_t N, uint32
 // What a GEMV writes: out[r, n] in bf16 or f32, or (paired weights) the SwiGLU activation
 // out[r, j] = bf16(bf16(silu(bf16(gate))) * bf16(up)), gate/up = columns j and I + j of the
 // plain product: exactly gemv_rmsnorm_bf16 (gate_up) followed by silu_mul (act.cu).
-enum OutMode { OUT_BF16 = 0, OUT_F32 = 1, OUT_SILU = 2 };
+// OUT_ROW: OUT_SILU or OUT_BF16 chosen at run time (the `silu` argument of gemv_body), so the
+// layer's two row GEMVs (norm + qkv, norm + gate_up + SiLU) run one copy of code.
+enum OutMode { OUT_BF16 = 0, OUT_F32 = 1, OUT_SILU = 2, OUT_ROW = 3 };
 
 template <int MODE>
-__device__ __forceinline__ WRows w_rows_for(const bf16* W, uint32_t N, uint32_t K, uint32_t n0, uint32_t g) {
-  return MODE == OUT_SILU ? w_rows_paired(W, N, K, n0, g) : w_rows(W, N, K, n0, g);
+__device__ __forceinline__ bool is_silu(bool silu_rt) {
+  return MODE == OUT_SILU || (MODE == OUT_ROW && silu_rt);
+}
+
+template <int MODE>
+__device__ __forceinline__ WRows w_rows_for(const bf16* W, uint32_t N, uint32_t K, uint32_t n0, uint32_t g,
+                                            bool silu_rt = false) {
+  return is_silu<MODE>(silu_rt) ? w_rows_paired(W, N, K, n0, g) : w_rows(W, N, K, n0, g);
 }
 
 // One batch of W: k32 blocks kb, kb+S, .. kb+(U-1)*S, lane (g, t) taking k 8t..8t+7.
@@ -161,7 +169,8 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
                                           uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                           float4 (*red)[32],              // [warps][32] smem
                                           Prologue prologue,              // builds x; ends in a barrier
-                                          Epilogue& epi) {
+                                          Epilogue& epi,
+                                          bool silu_rt = false) {         // OUT_ROW: SiLU pairs (else bf16)
   Grid::begin();
   const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const uint32_t g = lane >> 2, t = lane & 3;
@@ -199,7 +208,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
   const bool pre = depth > 0;
   uint4* pre_w = reinterpret_cast<uint4*>(gemv_dyn + xs_bytes) + warp * depth * (2 * U * 32) + lane;  // [depth][U][2][32]
   if (pre) {
-    const WRows wr = w_rows_for<MODE>(W, N, K, (Grid::bid() * tiles_per_block + slot) * GEMV_TILE_N, g);
+    const WRows wr = w_rows_for<MODE>(W, N, K, (Grid::bid() * tiles_per_block + slot) * GEMV_TILE_N, g, silu_rt);
 #pragma unroll 1
     for (uint32_t d = 0; d < depth; ++d) {
 #pragma unroll
@@ -221,7 +230,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     const bool x_ok = r0 + g < rows;
     const bf16* xr = x + (size_t)(x_ok ? r0 + g : 0) * xstride;
     const uint32_t n0 = (grp * tiles_per_block + slot) * GEMV_TILE_N;
-    const WRows wr = w_rows_for<MODE>(W, N, K, n0, g);
+    const WRows wr = w_rows_for<MODE>(W, N, K, n0, g, silu_rt);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};  // (col g, rows 2t, 2t+1), (col g+8, rows 2t, 2t+1)
     uint32_t kb = ks;
     if (with_pre) {  // this warp's own cp.async writes: no barrier needed
@@ -262,7 +271,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     FG_TRACE_MARK(2);  // the tile's k slices summed
     if (ks != 0) return;
 
-    if (MODE == OUT_SILU) {  // acc[j]: gate of column n0/2+g, acc[2+j]: its up (rows 2t+j)
+    if (is_silu<MODE>(silu_rt)) {  // acc[j]: gate of column n0/2+g, acc[2+j]: its up (rows 2t+j)
       const uint32_t I = N / 2, n = n0 / 2 + g;
       if (n < I) {
         const float bg = bias ? __bfloat162float(bias[n]) : 0.f;
@@ -324,13 +333,14 @@ template <> struct LeanGrid<true> { using type = HwGridEarly; };
 template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false, bool EARLY = LEAN>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
-                                              float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{}) {
+                                              float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{},
+                                              bool silu_rt = false) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
     gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<EARLY>::type>(out, x, W, bias, rows, N, K,
-                                                                                     split, red, pro, epi);
+                                                                                     split, red, pro, epi, silu_rt);
   else if constexpr (LEAN)
     __trap();
-  else
+  else if constexpr (MODE != OUT_ROW)
     gemv_body<false, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
 }
 
@@ -346,12 +356,13 @@ __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16*
 template <int MODE, bool LEAN = false, bool EARLY = LEAN>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
-                                                   uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps) {
+                                                   uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps,
+                                                   bool silu_rt = false) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
   auto pro = [&]() { rmsnorm_prologue<LEAN>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
   gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN, EARLY>(out, gemv_xs, W, bias, rows, N, K, split,
-                                                                          sh.red, pro);
+                                                                          sh.red, pro, NoEpilogue{}, silu_rt);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
@@ -449,6 +460,22 @@ gemv_rmsnorm_silu_bf16_row(bf16* __restrict__ out, const float* __restrict__ hid
                            float eps) { FG_KERNEL_BEGIN();
   gemv_rmsnorm_entry<OUT_SILU, true, /*EARLY=*/false>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K,
                                                       split, eps);
+}
+
+// The layer's two row GEMVs from one copy of code: silu == 0 is gemv_rmsnorm_bf16_row, silu != 0
+// gemv_rmsnorm_silu_bf16_row (N = 2I rows of W, out [rows, I]); same parameters, results and
+// bits as those, signalling early. Why: each entry's code is cold after its PDL wait (an SM
+// keeps code warm through ~40 KB of other code; a layer runs ~150 KB), and norm + qkv runs
+// two launches after norm + gate_up, with only down_proj's code in between.
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_any_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_in,
+                          const bf16* __restrict__ delta, float* __restrict__ hidden_out,
+                          const bf16* __restrict__ norm_w, const bf16* __restrict__ W, const bf16* __restrict__ bias,
+                          unsigned int rows, unsigned int N, unsigned int K, unsigned int split, float eps,
+                          unsigned int silu) { FG_KERNEL_BEGIN();
+  if (silu && (N & 1u)) return;  // gate and up need the same row count
+  gemv_rmsnorm_entry<OUT_ROW, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
+                                    silu != 0);
 }
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].

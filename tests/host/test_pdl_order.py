@@ -103,6 +103,6 @@ def test_committed_ptx_early_entries_are_the_lean_gemvs():
     early = {name for name, (_, e) in entry_index().items() if e.signals_early}
     # the lean GEMVs but norm + gate_up + SiLU (late: measured faster, gemv.cu's LeanGrid) and
     # layer 0's late norm + qkv, and the staging kernel (its successor reads only W early)
-    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "stage_meta_ring_embed"}
+    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "gemv_rmsnorm_any_bf16_row", "stage_meta_ring_embed"}
     for name in (f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128)):
         assert not entry_index()[name][1].signals_early

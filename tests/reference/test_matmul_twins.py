@@ -407,3 +407,30 @@ def test_fused_split_knob_rejects_garbage(monkeypatch):
         gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6, split=8,
                      preload=9)
 
+
+
+def test_row_share_knob(monkeypatch):
+    """FIXEDGRAPH_GEMV_ROWSHARE=1: both one-row fused GEMVs take gemv_rmsnorm_any_bf16_row with the
+    same arguments plus the mode (0: bf16 out, 1: SiLU pairs); 0 (default) keeps the two entries;
+    launches the row entries do not take are unchanged; garbage is refused."""
+    from fixedgraph.ops.gemv import gemv_rmsnorm, gemv_rmsnorm_silu
+
+    def progs():
+        p = Program("p")
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6)
+        gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 3072, 1024, 1e-6)
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 2, 4096, 1024, 1e-6)
+        return p.launches
+
+    monkeypatch.delenv("FIXEDGRAPH_GEMV_ROWSHARE", raising=False)
+    two = progs()
+    assert [l.entry for l in two] == ["gemv_rmsnorm_bf16_row", "gemv_rmsnorm_silu_bf16_row", "gemv_rmsnorm_bf16"]
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_ROWSHARE", "1")
+    one = progs()
+    assert [l.entry for l in one] == ["gemv_rmsnorm_any_bf16_row"] * 2 + ["gemv_rmsnorm_bf16"]
+    for a, b, mode in zip(one[:2], two[:2], (0, 1)):
+        assert a.args == b.args + (mode,) and (a.grid, a.block, a.shared) == (b.grid, b.block, b.shared)
+    assert one[2] == two[2]
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_ROWSHARE", "2")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_ROWSHARE='2'"):
+        progs()

@@ -168,6 +168,14 @@ def gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, n
     gemv_rmsnorm_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split, eps)
 
 
+@twin("gemv_rmsnorm_any_bf16_row")
+def gemv_rmsnorm_any_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
+                              split, eps, silu):
+    (gemv_rmsnorm_silu_bf16_row if silu else gemv_rmsnorm_bf16_row)(mem, grid, block, out, hidden_in, delta,
+                                                                      hidden_out, norm_w, w, bias, rows, N, K,
+                                                                      split, eps)
+
+
 @twin("gemv_rmsnorm_silu_bf16_row")
 def gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
                                split, eps):
