@@ -392,15 +392,22 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
 ROW_ANY = "gemv_rmsnorm_any_bf16_row"  # both row GEMVs from one copy of code (row_share)
 
 
-def row_share() -> bool:
-    """FIXEDGRAPH_GEMV_ROWSHARE (default "0": an A/B knob until measured): "1" makes one-row launches of norm + GEMV and of norm + gate_up
-    + SiLU both take ``gemv_rmsnorm_any_bf16_row`` (the same results and bits as the two _row
-    entries, one copy of code, signalling early) so that each finds its code warm from the other;
-    "0" keeps the two entries."""
+def row_share_mode() -> str:
+    """FIXEDGRAPH_GEMV_ROWSHARE (default "0": an A/B knob until measured): "1" makes one-row
+    launches of norm + GEMV and of norm + gate_up + SiLU both take ``gemv_rmsnorm_any_bf16_row``
+    (the same results and bits as the two _row entries, one copy of code, both signalling early)
+    so that each finds its code warm from the other; "late": the same, norm + gate_up signalling
+    after its wait as its own entry does; "0" keeps the two entries."""
     raw = os.environ.get("FIXEDGRAPH_GEMV_ROWSHARE", "0")
-    if raw not in ("0", "1"):
-        raise ValueError(f"FIXEDGRAPH_GEMV_ROWSHARE={raw!r}: use 1 (one entry for both row GEMVs) or 0 (two)")
-    return raw == "1"
+    if raw not in ("0", "1", "late"):
+        raise ValueError(f"FIXEDGRAPH_GEMV_ROWSHARE={raw!r}: use 1 (one entry for both row GEMVs), late (the "
+                         "same, gate_up signalling late) or 0 (two entries)")
+    return raw
+
+
+def row_share() -> bool:
+    """Whether one-row fused launches take ``gemv_rmsnorm_any_bf16_row`` (``row_share_mode``)."""
+    return row_share_mode() != "0"
 
 
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
@@ -455,7 +462,8 @@ def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None
     if lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_silu_bf16_row"  # the same results, a third of the code (lean_enabled)
         if row_share() if share is None else share:
-            return _fused_launch(prog, ROW_ANY, head, rows, N, K, eps, label, split, preload=preload, tail=(1,))
+            mode = 1 | (2 if row_share_mode() == "late" else 0)  # bit 0: SiLU pairs; bit 1: signal late
+            return _fused_launch(prog, ROW_ANY, head, rows, N, K, eps, label, split, preload=preload, tail=(mode,))
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
 
 

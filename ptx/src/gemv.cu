@@ -170,8 +170,10 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
                                           float4 (*red)[32],              // [warps][32] smem
                                           Prologue prologue,              // builds x; ends in a barrier
                                           Epilogue& epi,
-                                          bool silu_rt = false) {         // OUT_ROW: SiLU pairs (else bf16)
-  Grid::begin();
+                                          bool silu_rt = false,           // OUT_ROW: SiLU pairs (else bf16)
+                                          bool late_rt = false) {         // OUT_ROW: signal after the wait
+  if (MODE != OUT_ROW) Grid::begin();
+  else if (!late_rt) FG_PDL_TRIGGER();
   const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const uint32_t g = lane >> 2, t = lane & 3;
   const uint32_t S = resolve_split(split, N, K, warps);
@@ -221,7 +223,12 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     cp_async_commit();
   }
   // PDL: first dependent read below (the prologue reads hidden/gate_up; else the loop reads x)
-  Grid::wait();
+  if (MODE != OUT_ROW) {
+    Grid::wait();
+  } else {
+    FG_PDL_WAIT_ONLY();
+    if (late_rt) FG_PDL_TRIGGER();
+  }
   prologue();
   FG_TRACE_MARK(0);  // x ready (the fused entries: normed / activated into shared memory)
 
@@ -334,10 +341,11 @@ template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                               float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{},
-                                              bool silu_rt = false) {
+                                              bool silu_rt = false, bool late_rt = false) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
     gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<EARLY>::type>(out, x, W, bias, rows, N, K,
-                                                                                     split, red, pro, epi, silu_rt);
+                                                                                     split, red, pro, epi, silu_rt,
+                                                                                     late_rt);
   else if constexpr (LEAN)
     __trap();
   else if constexpr (MODE != OUT_ROW)
@@ -357,12 +365,12 @@ template <int MODE, bool LEAN = false, bool EARLY = LEAN>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
                                                    uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps,
-                                                   bool silu_rt = false) {
+                                                   bool silu_rt = false, bool late_rt = false) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
   auto pro = [&]() { rmsnorm_prologue<LEAN>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
   gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN, EARLY>(out, gemv_xs, W, bias, rows, N, K, split,
-                                                                          sh.red, pro, NoEpilogue{}, silu_rt);
+                                                                          sh.red, pro, NoEpilogue{}, silu_rt, late_rt);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
@@ -462,9 +470,10 @@ gemv_rmsnorm_silu_bf16_row(bf16* __restrict__ out, const float* __restrict__ hid
                                                       split, eps);
 }
 
-// The layer's two row GEMVs from one copy of code: silu == 0 is gemv_rmsnorm_bf16_row, silu != 0
+// The layer's two row GEMVs from one copy of code: mode bit 0 clear is gemv_rmsnorm_bf16_row, set
 // gemv_rmsnorm_silu_bf16_row (N = 2I rows of W, out [rows, I]); same parameters, results and
-// bits as those, signalling early. Why: each entry's code is cold after its PDL wait (an SM
+// bits as those. Bit 1: signal dependents after the wait (late), else at the start (early; the
+// PTX has a trigger before the wait either way, so fixedgraph/pdl.py checks it as early). Why: each entry's code is cold after its PDL wait (an SM
 // keeps code warm through ~40 KB of other code; a layer runs ~150 KB), and norm + qkv runs
 // two launches after norm + gate_up, with only down_proj's code in between.
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
@@ -472,10 +481,11 @@ gemv_rmsnorm_any_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidd
                           const bf16* __restrict__ delta, float* __restrict__ hidden_out,
                           const bf16* __restrict__ norm_w, const bf16* __restrict__ W, const bf16* __restrict__ bias,
                           unsigned int rows, unsigned int N, unsigned int K, unsigned int split, float eps,
-                          unsigned int silu) { FG_KERNEL_BEGIN();
-  if (silu && (N & 1u)) return;  // gate and up need the same row count
+                          unsigned int mode) { FG_KERNEL_BEGIN();
+  const bool silu = mode & 1u;
+  if (silu && (N & 1u)) return;  // gate and up need the same row count (as gemv_rmsnorm_silu_bf16_row)
   gemv_rmsnorm_entry<OUT_ROW, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
-                                    silu != 0);
+                                    silu, (mode & 2u) != 0);
 }
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].

@@ -411,7 +411,8 @@ def test_fused_split_knob_rejects_garbage(monkeypatch):
 
 def test_row_share_knob(monkeypatch):
     """FIXEDGRAPH_GEMV_ROWSHARE=1: both one-row fused GEMVs take gemv_rmsnorm_any_bf16_row with the
-    same arguments plus the mode (0: bf16 out, 1: SiLU pairs); 0 (default) keeps the two entries;
+    same arguments plus the mode (0: bf16 out, 1: SiLU pairs, +2 with "late": signal after the
+    wait); 0 (default) keeps the two entries;
     launches the row entries do not take are unchanged; garbage is refused."""
     from fixedgraph.ops.gemv import gemv_rmsnorm, gemv_rmsnorm_silu
 
@@ -431,6 +432,8 @@ def test_row_share_knob(monkeypatch):
     for a, b, mode in zip(one[:2], two[:2], (0, 1)):
         assert a.args == b.args + (mode,) and (a.grid, a.block, a.shared) == (b.grid, b.block, b.shared)
     assert one[2] == two[2]
+    monkeypatch.setenv("FIXEDGRAPH_GEMV_ROWSHARE", "late")  # gate_up signals late, as its own entry
+    assert [l.args[-1] for l in progs()[:2]] == [0, 3]
     monkeypatch.setenv("FIXEDGRAPH_GEMV_ROWSHARE", "2")
     with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_ROWSHARE='2'"):
         progs()

@@ -170,8 +170,10 @@ def gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, n
 
 @twin("gemv_rmsnorm_any_bf16_row")
 def gemv_rmsnorm_any_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
-                              split, eps, silu):
-    (gemv_rmsnorm_silu_bf16_row if silu else gemv_rmsnorm_bf16_row)(mem, grid, block, out, hidden_in, delta,
+                              split, eps, mode):
+    if mode & ~3:
+        raise ValueError(f"gemv_rmsnorm_any_bf16_row: mode {mode} (bit 0: SiLU pairs, bit 1: signal late)")
+    (gemv_rmsnorm_silu_bf16_row if mode & 1 else gemv_rmsnorm_bf16_row)(mem, grid, block, out, hidden_in, delta,
                                                                       hidden_out, norm_w, w, bias, rows, N, K,
                                                                       split, eps)
 
