@@ -340,19 +340,20 @@ def format_table(res: dict, top: int = 25) -> str:
     flops = sum(x.get("flops", 0) for x in res["nodes"])
     lines.append(f"FLOPs/step {flops / 1e9:.2f} GFLOP: {_tflops(flops, res['graph_step_gpu_us']):.2f} TFLOP/s over "
                  f"the graph's step, {_tflops(flops, total):.2f} over the eager nodes' sum")
-    lines.append(f"{'entry':<28} {'n':>4} {'us':>9} {'share':>6} {'GB/s':>7} {'of bw':>6} {'TFLOP/s':>8}")
-    for entry, n, us, nbytes, fl in by_entry(res):
+    def rates(us: float, nbytes: int, fl: int) -> str:  # GB/s, share of the copy bandwidth, TFLOP/s
         gbps = nbytes / (us * 1e3) if us else 0
-        lines.append(f"{entry:<28} {n:>4} {us:>9.1f} {us / total * 100:>5.1f}% {gbps:>7.0f} "
-                     f"{gbps / bw * 100 if bw else 0:>5.0f}% {_tflops(fl, us):>8.2f}")
+        return f"{gbps:>7.0f} {gbps / bw * 100 if bw else 0:>5.0f}% {_tflops(fl, us):>8.2f}"
+
+    entries = by_entry(res)
+    lines.append(f"{'entry':<28} {'n':>4} {'us':>9} {'share':>6} {'GB/s':>7} {'of bw':>6} {'TFLOP/s':>8}")
+    for entry, n, us, nbytes, fl in entries:
+        lines.append(f"{entry:<28} {n:>4} {us:>9.1f} {us / total * 100:>5.1f}% {rates(us, nbytes, fl)}")
     roles = by_role(res)
-    if len(roles) > len(by_entry(res)):  # some entry does several jobs: the same time per role
+    if len(roles) > len(entries):  # some entry does several jobs: the same time per role
         lines.append(f"{'role (entry)':<58} {'n':>4} {'us':>9} {'per launch':>10} {'GB/s':>7} {'of bw':>6} "
                      f"{'TFLOP/s':>8}")
         for r, entry, n, us, nbytes, fl in roles:
-            gbps = nbytes / (us * 1e3) if us else 0
-            lines.append(f"{(r + ' (' + entry + ')')[:58]:<58} {n:>4} {us:>9.1f} {us / n:>10.2f} {gbps:>7.0f} "
-                         f"{gbps / bw * 100 if bw else 0:>5.0f}% {_tflops(fl, us):>8.2f}")
+            lines.append(f"{(r + ' (' + entry + ')')[:58]:<58} {n:>4} {us:>9.1f} {us / n:>10.2f} {rates(us, nbytes, fl)}")
     if res.get("in_graph"):
         lines.append("in the graph (replay without an entry's launches / with only them), us:")
         lines.append(f"{'entry':<28} {'n':>4} {'marginal':>9} {'per launch':>10} {'alone':>9} {'per launch':>10}")
