@@ -389,31 +389,15 @@ def _fused_launch(prog: Program, entry: str, head: tuple, rows: int, N: int, K: 
                        shared=shared, label=label or entry)
 
 
-ROW_ANY = "gemv_rmsnorm_any_bf16_row"  # both row GEMVs from one copy of code (row_share)
-
-
-def row_share_mode() -> str:
-    """FIXEDGRAPH_GEMV_ROWSHARE (default "0": an A/B knob until measured): "1" makes one-row
-    launches of norm + GEMV and of norm + gate_up + SiLU both take ``gemv_rmsnorm_any_bf16_row``
-    (the same results and bits as the two _row entries, one copy of code, both signalling early)
-    so that each finds its code warm from the other; "late": the same, norm + gate_up signalling
-    after its wait as its own entry does; "0" keeps the two entries."""
-    raw = os.environ.get("FIXEDGRAPH_GEMV_ROWSHARE", "0")
-    if raw not in ("0", "1", "late"):
-        raise ValueError(f"FIXEDGRAPH_GEMV_ROWSHARE={raw!r}: use 1 (one entry for both row GEMVs), late (the "
-                         "same, gate_up signalling late) or 0 (two entries)")
-    return raw
-
-
-def row_share() -> bool:
-    """Whether one-row fused launches take ``gemv_rmsnorm_any_bf16_row`` (``row_share_mode``)."""
-    return row_share_mode() != "0"
+# gemv_rmsnorm_bf16_row's mode: bit 0 the SiLU pairs (norm + gate_up + SiLU), bit 1 signal the
+# dependents after the wait (gemv.cu: both row GEMVs run one copy of code)
+ROW_SILU, ROW_LATE = 1, 2
 
 
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                  norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
                  out_f32: bool = False, label: str = "", split: int | None = None, lean: bool | None = None,
-                 preload: bool | int = True, share: bool | None = None) -> int:
+                 preload: bool | int = True) -> int:
     """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
 
     h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
@@ -426,7 +410,6 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     hidden_out): ping-pong two residual buffers.
     norm_w: [K] bf16. w: [N, K] bf16. bias: [N] bf16 or None. rows: 1..8. eps: variance epsilon.
     split: the k split, None: ``fused_split``'s. preload: as ``gemv``'s (tests).
-    share: a one-row lean launch takes ``gemv_rmsnorm_any_bf16_row``; None: ``row_share()``.
     Returns the op index.
     """
     rows, N, K = _check("gemv_rmsnorm", rows, N, K)
@@ -436,15 +419,14 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     if not out_f32 and lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         entry = "gemv_rmsnorm_bf16_row"  # the same results, a third of the code (lean_enabled)
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
-    if entry == "gemv_rmsnorm_bf16_row" and (row_share() if share is None else share):
-        return _fused_launch(prog, ROW_ANY, head, rows, N, K, eps, label, split, preload=preload, tail=(0,))
-    return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
+    tail = (0,) if entry == "gemv_rmsnorm_bf16_row" else ()  # mode: bf16 out, signalling early
+    return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload, tail=tail)
 
 
 def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                       norm_w: Arg, w: Arg, bias: Arg | None, rows: int, I: int, K: int, eps: float,
                       label: str = "", split: int | None = None, lean: bool | None = None,
-                      preload: bool | int = True, share: bool | None = None) -> int:
+                      preload: bool | int = True) -> int:
     """The MLP's activation straight from the residual stream, replacing add_rmsnorm + gate_up
     GEMV + silu_mul: gate_up = rmsnorm(hidden_in + delta) @ w.T (+ bias) (gemv_rmsnorm's
     rounding), out[r, j] = bf16(bf16(silu(gate_up[r, j])) * gate_up[r, I + j]) (silu_mul's).
@@ -458,13 +440,12 @@ def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None
     if hidden_out is not None and hidden_out == hidden_in:
         raise ValueError("gemv_rmsnorm_silu: hidden_out must not alias hidden_in; ping-pong two residual buffers")
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
-    entry = "gemv_rmsnorm_silu_bf16"
     if lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
-        entry = "gemv_rmsnorm_silu_bf16_row"  # the same results, a third of the code (lean_enabled)
-        if row_share() if share is None else share:
-            mode = 1 | (2 if row_share_mode() == "late" else 0)  # bit 0: SiLU pairs; bit 1: signal late
-            return _fused_launch(prog, ROW_ANY, head, rows, N, K, eps, label, split, preload=preload, tail=(mode,))
-    return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload)
+        # the same results from norm + qkv's code (gemv.cu), signalling late: down_proj's launch
+        # and its W copy then wait for this one's wait instead of landing during o_proj
+        return _fused_launch(prog, "gemv_rmsnorm_bf16_row", head, rows, N, K, eps, label, split, preload=preload,
+                             tail=(ROW_SILU | ROW_LATE,))
+    return _fused_launch(prog, "gemv_rmsnorm_silu_bf16", head, rows, N, K, eps, label, split, preload=preload)
 
 
 def gemv_silu(prog: Program, out: Arg, gate_up: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int,

@@ -325,10 +325,8 @@ struct GemvShared {
   float norm[9][GEMV_MAX_WARPS];   // [8 rows][warps] sums of squares, [8][r]: 1/rms (rmsnorm)
 };
 
-// EARLY (default: LEAN): the entry signals its dependents at its start (gemv.cuh: HwGridEarly),
-// else after its wait. The lean entries are early but norm + gate_up + SiLU: with it late the
-// down_proj launch (and its 6-12 MB W copy) waits for the MLP's wait instead of landing during
-// o_proj, and 0.6B runs 0.3% faster (docs/BENCHMARKS.md sessions 18-19, five rounds).
+// The lean entries signal their dependents at their start (gemv.cuh: HwGridEarly), the others
+// after their wait; OUT_ROW (gemv_rmsnorm_bf16_row) chooses by its mode at run time.
 template <bool LEAN> struct LeanGrid { using type = HwGrid; };
 template <> struct LeanGrid<true> { using type = HwGridEarly; };
 
@@ -337,14 +335,14 @@ template <> struct LeanGrid<true> { using type = HwGridEarly; };
 // the code a CTA runs after its PDL wait is about a third of the generic entry's (instruction
 // fetch: every layer cycles its kernels' code through each SM); a launch it does not fit traps
 // (the launcher never makes one: fixedgraph/ops/gemv.py's vec_path / row_path).
-template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false, bool EARLY = LEAN>
+template <int MODE, bool XS, class Prologue, class Epilogue = NoEpilogue, int UV = GEMV_UNROLL, bool LEAN = false>
 __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                               uint32_t rows, uint32_t N, uint32_t K, uint32_t split,
                                               float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{},
                                               bool silu_rt = false, bool late_rt = false) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
-    gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<EARLY>::type>(out, x, W, bias, rows, N, K,
-                                                                                     split, red, pro, epi, silu_rt,
+    gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<LEAN>::type>(out, x, W, bias, rows, N, K,
+                                                                                    split, red, pro, epi, silu_rt,
                                                                                      late_rt);
   else if constexpr (LEAN)
     __trap();
@@ -352,16 +350,16 @@ __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf
     gemv_body<false, MODE, XS>(out, x, W, bias, rows, N, K, split, red, pro, epi);
 }
 
-template <bool F32OUT, bool LEAN = false, bool EARLY = LEAN>
+template <bool F32OUT, bool LEAN = false>
 __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16* W, const bf16* bias,
                                            uint32_t rows, uint32_t N, uint32_t K, uint32_t split) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
-  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, LEAN, EARLY>(
+  gemv_dispatch<F32OUT ? OUT_F32 : OUT_BF16, false, NoPrologue, NoEpilogue, GEMV_PLAIN_UNROLL, LEAN>(
       out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
 }
 
-template <int MODE, bool LEAN = false, bool EARLY = LEAN>
+template <int MODE, bool LEAN = false>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
                                                    uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps,
@@ -369,8 +367,8 @@ __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, 
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
   auto pro = [&]() { rmsnorm_prologue<LEAN>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
-  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN, EARLY>(out, gemv_xs, W, bias, rows, N, K, split,
-                                                                          sh.red, pro, NoEpilogue{}, silu_rt, late_rt);
+  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN>(out, gemv_xs, W, bias, rows, N, K, split,
+                                                                   sh.red, pro, NoEpilogue{}, silu_rt, late_rt);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
@@ -452,38 +450,23 @@ gemv_bf16_vec(bf16* __restrict__ out, const bf16* __restrict__ x, const bf16* __
   gemv_entry<false, true>(out, x, W, bias, rows, N, K, split);
 }
 
+// Norm + qkv and norm + gate_up + SiLU, the layer's two one-row GEMVs, from one copy of code:
+// mode bit 0 clear gives gemv_rmsnorm_bf16's results, set gemv_rmsnorm_silu_bf16's (N = 2I rows
+// of W, out [rows, I]). Bit 1: signal dependents after the wait (late), else at the start
+// (early); the PTX has a trigger before the wait either way, so fixedgraph/pdl.py takes the
+// entry as early, the stricter rule for its successor. Why one entry: each launch's code is
+// cold after its PDL wait (an SM keeps code warm through ~40 KB of other code; a layer runs
+// ~150 KB), and norm + qkv runs two launches after norm + gate_up with only down_proj's code in
+// between: one entry for both ran 0.6B 1% faster than two (docs/BENCHMARKS.md, session 28).
+// The launcher signals norm + gate_up late: down_proj's launch and its W copy then wait for the
+// MLP's wait instead of landing during o_proj (0.3% faster, sessions 18-19).
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
 gemv_rmsnorm_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
                       float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
                       const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
-                      unsigned int split, float eps) { FG_KERNEL_BEGIN();
-  gemv_rmsnorm_entry<OUT_BF16, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps);
-}
-
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
-gemv_rmsnorm_silu_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_in,
-                           const bf16* __restrict__ delta, float* __restrict__ hidden_out,
-                           const bf16* __restrict__ norm_w, const bf16* __restrict__ W, const bf16* __restrict__ bias,
-                           unsigned int rows, unsigned int N, unsigned int K, unsigned int split,
-                           float eps) { FG_KERNEL_BEGIN();
-  gemv_rmsnorm_entry<OUT_SILU, true, /*EARLY=*/false>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K,
-                                                      split, eps);
-}
-
-// The layer's two row GEMVs from one copy of code: mode bit 0 clear is gemv_rmsnorm_bf16_row, set
-// gemv_rmsnorm_silu_bf16_row (N = 2I rows of W, out [rows, I]); same parameters, results and
-// bits as those. Bit 1: signal dependents after the wait (late), else at the start (early; the
-// PTX has a trigger before the wait either way, so fixedgraph/pdl.py checks it as early). Why: each entry's code is cold after its PDL wait (an SM
-// keeps code warm through ~40 KB of other code; a layer runs ~150 KB), and norm + qkv runs
-// two launches after norm + gate_up, with only down_proj's code in between.
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
-gemv_rmsnorm_any_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_in,
-                          const bf16* __restrict__ delta, float* __restrict__ hidden_out,
-                          const bf16* __restrict__ norm_w, const bf16* __restrict__ W, const bf16* __restrict__ bias,
-                          unsigned int rows, unsigned int N, unsigned int K, unsigned int split, float eps,
-                          unsigned int mode) { FG_KERNEL_BEGIN();
+                      unsigned int split, float eps, unsigned int mode) { FG_KERNEL_BEGIN();
   const bool silu = mode & 1u;
-  if (silu && (N & 1u)) return;  // gate and up need the same row count (as gemv_rmsnorm_silu_bf16_row)
+  if (silu && (N & 1u)) return;  // gate and up need the same row count (as gemv_rmsnorm_silu_bf16)
   gemv_rmsnorm_entry<OUT_ROW, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
                                     silu, (mode & 2u) != 0);
 }

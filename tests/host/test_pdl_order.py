@@ -35,7 +35,7 @@ def step(embed_early=False, attn_early=False, layers=2):
         a = att(layer)
         a.entry.signals_early = attn_early
         ops.append(a)
-        ops += [launch("gemv_bf16_vec", early=True), launch("gemv_rmsnorm_silu_bf16_row", early=True),
+        ops += [launch("gemv_bf16_vec", early=True), launch("gemv_rmsnorm_bf16_row", early=True),
                 launch("gemv_bf16_vec", early=True)]
     ops.append(launch("gemv_rmsnorm_argmax"))
     return ops
@@ -74,7 +74,7 @@ def test_the_fused_stage_needs_a_late_grid_before_the_attention():
         with pytest.raises(LaunchConfigError, match="staged metadata.*launch 0 \\(stage_meta_ring_embed"):
             check(fused + [launch("gemv_rmsnorm_bf16_row", early=True), att(0)])
         check(fused + [launch("gemv_rmsnorm_bf16_row_late"), att(0), launch("gemv_bf16_vec", early=True),
-                       launch("gemv_rmsnorm_silu_bf16_row"), launch("gemv_bf16"), launch("gemv_rmsnorm_argmax")] * 2)
+                       launch("gemv_rmsnorm_bf16_row_late"), launch("gemv_bf16"), launch("gemv_rmsnorm_argmax")] * 2)
     # an early stage right before the attention: nothing late between them
     with pytest.raises(LaunchConfigError, match="staged metadata.*launch 0 \\(stage_meta_ring_embed"):
         check([launch("stage_meta_ring_embed", early=True), att(0)])
@@ -101,8 +101,9 @@ def test_ptx_entries_say_when_they_signal():
 
 def test_committed_ptx_early_entries_are_the_lean_gemvs():
     early = {name for name, (_, e) in entry_index().items() if e.signals_early}
-    # the lean GEMVs but norm + gate_up + SiLU (late: measured faster, gemv.cu's LeanGrid) and
-    # layer 0's late norm + qkv, and the staging kernel (its successor reads only W early)
-    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "gemv_rmsnorm_any_bf16_row", "stage_meta_ring_embed"}
+    # the lean GEMVs (gemv_rmsnorm_bf16_row counts as early: norm + gate_up + SiLU takes it with
+    # the late bit of its mode, layer 0's norm + qkv the generic late entry), and the staging
+    # kernel (its successor reads only W early)
+    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "stage_meta_ring_embed"}
     for name in (f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128)):
         assert not entry_index()[name][1].signals_early

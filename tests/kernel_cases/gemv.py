@@ -396,16 +396,8 @@ def rmsnorm_silu_rounds_case(rng):
                         hidden_out=True, bias=False, out_f32=False, silu=True)
 
 
-# gemv_rmsnorm_any_bf16_row (fixedgraph.ops.gemv.row_share): both modes on the decode shapes, with
-# bias, and a gate_up whose I leaves a partial tile of pairs.
-for _name, _n, _k, _silu, _bias in (("gemv_rmsnorm_any_r1_4096x1024_delta_hout", 4096, 1024, False, False),
-                                     ("gemv_rmsnorm_any_silu_r1_3072x1024_delta_hout", 6144, 1024, True, False),
-                                     ("gemv_rmsnorm_any_r1_1000x2048_delta_hout_bias", 1000, 2048, False, True),
-                                     ("gemv_rmsnorm_any_silu_r1_300x1024_delta_hout_bias", 600, 1024, True, True)):
-    def _register_any(name=_name, N=_n, K=_k, silu=_silu, bias=_bias):
-        @kernel_case(name)
-        def factory(rng):
-            return rmsnorm_case(name, rng, 1, N, K, delta=True, hidden_out=True, bias=bias, out_f32=False,
-                                silu=silu, share=True)
-
-    _register_any()
+@kernel_case("gemv_rmsnorm_row_r1_1000x2048_delta_hout_bias")
+def rmsnorm_row_partial_tile_case(rng):
+    """gemv_rmsnorm_bf16_row (mode 0) on a width that leaves a partial 16-column tile, with bias."""
+    return rmsnorm_case("gemv_rmsnorm_row_r1_1000x2048_delta_hout_bias", rng, 1, 1000, 2048, delta=True,
+                        hidden_out=True, bias=True, out_f32=False)

@@ -82,7 +82,7 @@ def test_every_gemv_entry_has_cases():
     rng = np.random.default_rng(0)
     entries = {l.entry for n, f in load_all().items() if n.startswith("gemv_") for l in f(rng).program.launches}
     assert {"gemv_bf16", "gemv_bf16_vec", "gemv_bf16_f32out", "gemv_rmsnorm_bf16", "gemv_rmsnorm_bf16_row",
-            "gemv_rmsnorm_bf16_f32out", "gemv_rmsnorm_silu_bf16", "gemv_rmsnorm_silu_bf16_row", "gemv_silu_bf16",
+            "gemv_rmsnorm_bf16_f32out", "gemv_rmsnorm_silu_bf16", "gemv_silu_bf16",
             "gemv_rmsnorm_argmax"} <= entries
 
 
@@ -100,7 +100,7 @@ def test_lean_entries_take_the_launches_they_fit(monkeypatch):
     gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d", 4), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 3072, 1024, 1e-6)
     assert [l.entry for l in p.launches] == [
         "gemv_bf16_vec", "gemv_bf16", "gemv_bf16", "gemv_rmsnorm_bf16_row", "gemv_rmsnorm_bf16",
-        "gemv_rmsnorm_silu_bf16_row", "gemv_rmsnorm_silu_bf16"]
+        "gemv_rmsnorm_bf16_row", "gemv_rmsnorm_silu_bf16"]
     assert p.launches[0].args == p.launches[1].args[:1] + (Ref("x"),) + p.launches[1].args[2:]
     monkeypatch.setenv("FIXEDGRAPH_GEMV_LEAN", "0")
     q = Program("q")
@@ -300,6 +300,9 @@ def test_gemm_tile_order_covers_every_tile_once(M, N):
     assert seen == {(i, j) for i in range(tm_n) for j in range(tn_n)}
 
 
+FUSED_SPLIT_ARG = 10  # out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split, eps[, mode]
+
+
 def _launch_of(fn, *args, **kw):
     p = Program("t")
     fn(p, *args, **kw)
@@ -324,19 +327,21 @@ def test_fused_split_knob(monkeypatch):
     args = (Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None)
     monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "0")
     a = _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6)
-    assert (a.grid, a.args[-2], a.shared) == ((256, 1, 1), 8, fused_shared(1, 1024) + preload_shared(4096, 1024))
+    assert (a.grid, a.args[FUSED_SPLIT_ARG]) == ((256, 1, 1), 8)
+    assert a.shared == fused_shared(1, 1024) + preload_shared(4096, 1024)
     monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "-1")
     for N, grid in ((4096, 128), (6144, 192)):  # 0.6B qkv, gate_up (+ SiLU: I = N / 2)
         for launch in (_launch_of(gemv_rmsnorm, *args, 1, N, 1024, 1e-6),
                        _launch_of(gemv_rmsnorm_silu, *args, 1, N // 2, 1024, 1e-6)):
-            assert (launch.grid, launch.args[-2]) == ((grid, 1, 1), 4)
+            assert (launch.grid, launch.args[FUSED_SPLIT_ARG]) == ((grid, 1, 1), 4)
             assert launch.shared == fused_shared(1, 1024) + preload_shared(N, 1024, depth=2)
             assert 3 * (launch.shared + STATIC_SMEM + 1024) <= 228 * 1024
     assert fused_split(6144, 4096, 1) == gemv_split(6144, 4096)  # 8B qkv: a share of 8 batches, unchanged
     assert fused_split(4096, 1024, 8) == gemv_split(4096, 1024)  # 8 rows of x leave no room for 2 batches
     monkeypatch.setenv("FIXEDGRAPH_GEMV_FUSED_SPLIT", "2")
-    assert _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6).args[-2] == 2
-    assert _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6, split=8).args[-2] == 8  # an explicit split wins
+    assert _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6).args[FUSED_SPLIT_ARG] == 2
+    # an explicit split wins
+    assert _launch_of(gemv_rmsnorm, *args, 1, 4096, 1024, 1e-6, split=8).args[FUSED_SPLIT_ARG] == 8
 
 
 def test_fused_split_balances_multi_round_plans(monkeypatch):
@@ -347,7 +352,7 @@ def test_fused_split_balances_multi_round_plans(monkeypatch):
     assert fused_rounds(28672, 4096, 1, gemv_split(28672, 4096)) == 2
     a = _launch_of(gemv_rmsnorm_silu, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1,
                    14336, 4096, 1e-5)
-    assert (a.grid, a.args[-2]) == ((359, 1, 1), 8)
+    assert (a.grid, a.args[FUSED_SPLIT_ARG]) == ((359, 1, 1), 8)
     for N, K in ((24576, 4096), (6144, 4096), (4096, 1024), (6144, 1024)):  # Qwen3-8B / 0.6B: one round
         S = fused_split(N, K, 1)
         assert fused_rounds(N, K, 1, S) == 1 and S <= gemv_split(N, K)
@@ -408,32 +413,25 @@ def test_fused_split_knob_rejects_garbage(monkeypatch):
                      preload=9)
 
 
+def test_row_gemvs_share_one_entry():
+    """Norm + qkv and norm + gate_up + SiLU on one row both take gemv_rmsnorm_bf16_row (one copy of
+    code, gemv.cu) with the generic entries' arguments plus the mode: 0 (bf16 out, signal early)
+    and ROW_SILU | ROW_LATE; launches the row path does not fit keep the generic entries."""
+    from fixedgraph.ops.gemv import ROW_LATE, ROW_SILU, gemv_rmsnorm, gemv_rmsnorm_silu
 
-def test_row_share_knob(monkeypatch):
-    """FIXEDGRAPH_GEMV_ROWSHARE=1: both one-row fused GEMVs take gemv_rmsnorm_any_bf16_row with the
-    same arguments plus the mode (0: bf16 out, 1: SiLU pairs, +2 with "late": signal after the
-    wait); 0 (default) keeps the two entries;
-    launches the row entries do not take are unchanged; garbage is refused."""
-    from fixedgraph.ops.gemv import gemv_rmsnorm, gemv_rmsnorm_silu
-
-    def progs():
+    def launches(lean):
         p = Program("p")
-        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6)
-        gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 3072, 1024, 1e-6)
-        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 2, 4096, 1024, 1e-6)
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6,
+                     lean=lean)
+        gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 3072, 1024, 1e-6,
+                          lean=lean)
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 2, 4096, 1024, 1e-6,
+                     lean=lean)
         return p.launches
 
-    monkeypatch.delenv("FIXEDGRAPH_GEMV_ROWSHARE", raising=False)
-    two = progs()
-    assert [l.entry for l in two] == ["gemv_rmsnorm_bf16_row", "gemv_rmsnorm_silu_bf16_row", "gemv_rmsnorm_bf16"]
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_ROWSHARE", "1")
-    one = progs()
-    assert [l.entry for l in one] == ["gemv_rmsnorm_any_bf16_row"] * 2 + ["gemv_rmsnorm_bf16"]
-    for a, b, mode in zip(one[:2], two[:2], (0, 1)):
+    row, generic = launches(True), launches(False)
+    assert [l.entry for l in row] == ["gemv_rmsnorm_bf16_row"] * 2 + ["gemv_rmsnorm_bf16"]
+    assert [l.entry for l in generic] == ["gemv_rmsnorm_bf16", "gemv_rmsnorm_silu_bf16", "gemv_rmsnorm_bf16"]
+    for a, b, mode in zip(row[:2], generic[:2], (0, ROW_SILU | ROW_LATE)):
         assert a.args == b.args + (mode,) and (a.grid, a.block, a.shared) == (b.grid, b.block, b.shared)
-    assert one[2] == two[2]
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_ROWSHARE", "late")  # gate_up signals late, as its own entry
-    assert [l.args[-1] for l in progs()[:2]] == [0, 3]
-    monkeypatch.setenv("FIXEDGRAPH_GEMV_ROWSHARE", "2")
-    with pytest.raises(ValueError, match="FIXEDGRAPH_GEMV_ROWSHARE='2'"):
-        progs()
+    assert row[2] == generic[2]

@@ -162,26 +162,10 @@ def gemv_bf16_vec(mem, grid, block, out, x, w, bias, rows, N, K, split):
 
 @twin("gemv_rmsnorm_bf16_row")
 def gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
-                          eps):
+                          eps, mode):
+    if mode & ~3:
+        raise ValueError(f"gemv_rmsnorm_bf16_row: mode {mode} (bit 0: SiLU pairs, bit 1: signal late)")
     _lean_check("gemv_rmsnorm_bf16_row", K, rows, (hidden_in, 16), (hidden_out, 16), (delta, 8), (norm_w, 8), (w, 16),
                 threads=block[0])
-    gemv_rmsnorm_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split, eps)
-
-
-@twin("gemv_rmsnorm_any_bf16_row")
-def gemv_rmsnorm_any_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
-                              split, eps, mode):
-    if mode & ~3:
-        raise ValueError(f"gemv_rmsnorm_any_bf16_row: mode {mode} (bit 0: SiLU pairs, bit 1: signal late)")
-    (gemv_rmsnorm_silu_bf16_row if mode & 1 else gemv_rmsnorm_bf16_row)(mem, grid, block, out, hidden_in, delta,
-                                                                      hidden_out, norm_w, w, bias, rows, N, K,
-                                                                      split, eps)
-
-
-@twin("gemv_rmsnorm_silu_bf16_row")
-def gemv_rmsnorm_silu_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
-                               split, eps):
-    _lean_check("gemv_rmsnorm_silu_bf16_row", K, rows, (hidden_in, 16), (hidden_out, 16), (delta, 8), (norm_w, 8),
-                (w, 16), threads=block[0])
-    gemv_rmsnorm_silu_bf16(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
-                           eps)
+    (gemv_rmsnorm_silu_bf16 if mode & 1 else gemv_rmsnorm_bf16)(mem, grid, block, out, hidden_in, delta, hidden_out,
+                                                               norm_w, w, bias, rows, N, K, split, eps)
