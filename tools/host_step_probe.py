@@ -33,7 +33,7 @@ def main() -> int:
     llm = LLM(weights=(StateDictSource(hf.state_dict()), cfg), backend="reference", max_model_len=n + 8,
               prefill_chunk=32, progress=False)
     r = llm.runner
-    for g in r.graphs.decode.values():
+    for g in [*r.graphs.decode.values(), *r.graphs.decode_group.values()]:  # single steps and groups
         g.launch = lambda: None
     r._wait_token = lambda step, row=0, width=1: 1
     r.reset_host_stats()
