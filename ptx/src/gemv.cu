@@ -343,7 +343,7 @@ __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
     gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<LEAN>::type>(out, x, W, bias, rows, N, K,
                                                                                     split, red, pro, epi, silu_rt,
-                                                                                     late_rt);
+                                                                                    late_rt);
   else if constexpr (LEAN)
     __trap();
   else if constexpr (MODE != OUT_ROW)
