@@ -161,6 +161,10 @@ if [[ " $stages " == *" host "* ]]; then
   # FIXEDGRAPH_CPU_AFFINITY in HOST_AFFINITIES (default "off gpu one"; one: a single local CPU),
   # HOST_ROUNDS times (default 2), alternated
   { lscpu; echo; cat /sys/bus/pci/devices/*/local_cpulist 2>/dev/null | sort | uniq -c; nvidia-smi topo -m; } > "$OUT/host_cpus.txt" 2>&1
+  # the decode loop's own Python on this machine's CPU (launches stubbed, no GPU): what of the
+  # bench's host time per step is not the launch call
+  timeout 120 python3 tools/host_step_probe.py --steps 1000 > "$OUT/host_probe.log" 2>&1
+  note "host probe rc=$?: $(tail -1 "$OUT/host_probe.log")"
   bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1)
   one=$(python3 -c "
 import os, sys
