@@ -310,7 +310,7 @@ def _ptr(a: Arg | None) -> Arg:
 
 
 def lean_enabled(lean: bool | None = None) -> bool:
-    """Whether launches that fit take the lean entries (``gemv_bf16_vec``, ``*_row``: only the
+    """Whether launches that fit take the lean entries (``gemv_bf16_vec``, ``gemv_rmsnorm_bf16_row``: only the
     decode path compiled, a third of the code): ``lean`` if given, else FIXEDGRAPH_GEMV_LEAN
     (default on; "0" keeps the generic entries everywhere)."""
     if lean is not None:
@@ -330,7 +330,7 @@ def vec_path(K: int, x: Arg, w: Arg) -> bool:
 
 def row_path(rows: int, N: int, K: int, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
              norm_w: Arg, w: Arg) -> bool:
-    """The one-row register RMSNorm and the 16-byte body apply (gemv_rmsnorm*_row)."""
+    """The one-row register RMSNorm and the 16-byte body apply (gemv_rmsnorm_bf16_row)."""
     return (rows == 1 and K % 8 == 0 and K <= 16 * 32 * gemv_warps(N, K) and _aligned(hidden_in, 16)
             and _aligned(hidden_out, 16) and _aligned(delta, 8) and _aligned(norm_w, 8) and _aligned(w, 16))
 
