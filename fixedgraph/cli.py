@@ -54,9 +54,9 @@ def cmd_bench(args) -> int:
            "new_tokens": args.max_tokens, "ms_per_token": m.tpot_s * 1e3, "tok_per_s": m.tokens_per_s,
            "ttft_ms": m.ttft_s * 1e3, "weight_GB": llm.weight_bytes / 1e9,
            "host_us_per_step_median": host.get("median_us"), "host_us_per_step_p90": host.get("p90_us"),
-           "launch_us_median": host.get("launch_median_us")}
+           "launch_us_median": host.get("launch_median_us"), "host_cpu_us_per_step": host.get("cpu_mean_us")}
     hs = (f", host {res['host_us_per_step_median']:.1f} us/step median (launch call "
-          f"{res['launch_us_median']:.1f})" if host else "")
+          f"{res['launch_us_median']:.1f}; thread CPU {res['host_cpu_us_per_step']:.1f} mean)" if host else "")
     print(json.dumps(res, indent=1) if args.json else
           f"{res['backend']}: {res['ms_per_token']:.3f} ms/token ({res['tok_per_s']:.1f} tok/s), "
           f"TTFT {res['ttft_ms']:.1f} ms, {args.prompt_tokens}-token prompt, {args.max_tokens} new tokens{hs}")

@@ -280,6 +280,7 @@ def profile_decode(llm, context: int = 128, reps: int = 50, copy_gbps: float | N
         "host_us_per_step": host.get("mean_us", float("nan")),
         "host_us_per_step_median": host.get("median_us", float("nan")),
         "host_launch_us_median": host.get("launch_median_us", float("nan")),  # of which the launch call
+        "host_cpu_us_per_step": host.get("cpu_mean_us", float("nan")),  # the thread's CPU time for it
         "host_step_us": host,
         "bytes_per_step": total_bytes, "copy_GBps": copy_gbps,
         "floor_us": total_bytes / (copy_gbps * 1e3) if copy_gbps else None,
@@ -327,7 +328,7 @@ def format_table(res: dict, top: int = 25) -> str:
              f"at context {res.get('mid_window_context', '?')}: idle between steps "
              f"{res['gpu_idle_between_steps_us']:.1f} us, host {res['host_us_per_step']:.1f} us/step "
              f"(median {res.get('host_us_per_step_median', float('nan')):.1f}, of which the launch call "
-             f"{res.get('host_launch_us_median', float('nan')):.1f}), "
+             f"{res.get('host_launch_us_median', float('nan')):.1f}; CPU {res.get('host_cpu_us_per_step', float('nan')):.1f}), "
              f"{res['launches_per_step']} launches"]
     sg = res.get("step_gaps") or {}
     if sg.get("steps"):

@@ -114,6 +114,10 @@ class Runner:
         # ... and the part of each spent in the launch call itself (cuGraphLaunch on the GPU),
         # which can block on the driver's queue: the rest is the runner's own Python.
         self.host_launch_hist = array("d", bytes(8 * HOST_STEP_HISTORY))
+        # ... and the CPU time this thread used for each (its thread clock: time blocked in the
+        # driver or preempted is not in it; a spinning driver is). The issue's "host CPU per step".
+        self.host_cpu_hist = array("d", bytes(8 * HOST_STEP_HISTORY))
+        self.host_cpu_s = 0.0
         # Profiling hook: called as hook(step, False) just before a decode step's graph is
         # enqueued and hook(step, True) just after (the profiler records CUDA events there, to
         # time the GPU's gaps between steps). None on the normal path: one test per step.
@@ -122,6 +126,7 @@ class Runner:
     def reset_host_stats(self) -> None:
         """Forget the host step times recorded so far (before a measured generation)."""
         self.host_step_s, self.host_steps = 0.0, 0
+        self.host_cpu_s = 0.0
 
     def host_step_stats(self) -> dict:
         """Host µs spent preparing and launching one decode step since the last reset: mean over
@@ -131,9 +136,12 @@ class Runner:
             return {}
         xs = sorted(self.host_step_hist[i] * 1e6 for i in range(n))
         ls = sorted(self.host_launch_hist[i] * 1e6 for i in range(n))
+        cs = sorted(self.host_cpu_hist[i] * 1e6 for i in range(n))
         return {"steps": self.host_steps, "mean_us": self.host_step_s / self.host_steps * 1e6,
                 "median_us": statistics.median(xs), "p90_us": xs[min(n - 1, int(0.9 * n))], "max_us": xs[-1],
-                "launch_median_us": statistics.median(ls), "launch_p90_us": ls[min(n - 1, int(0.9 * n))]}
+                "launch_median_us": statistics.median(ls), "launch_p90_us": ls[min(n - 1, int(0.9 * n))],
+                "cpu_mean_us": self.host_cpu_s / self.host_steps * 1e6, "cpu_median_us": statistics.median(cs),
+                "cpu_p90_us": cs[min(n - 1, int(0.9 * n))]}
 
     def _build_graphs(self) -> Graphs:
         host = {STAGING: self.staging, RING: self.ring}
@@ -273,6 +281,7 @@ class Runner:
             while True:
                 while launched < max_steps and launched - consumed < self.lookahead:
                     t_host = time.perf_counter()
+                    c_host = time.thread_time()
                     # a group, or one step: the tail shorter than a group, and the steps up to a
                     # context-bucket boundary a group would straddle (every step then runs the
                     # bucket's graph a single step would, so the tokens never depend on the group)
@@ -315,14 +324,17 @@ class Runner:
                         go()
                         hook(first, True)
                     t_end = time.perf_counter()
+                    dc = (time.thread_time() - c_host) / k
                     self.passes += k
                     launched += k
                     dt, dl = (t_end - t_host) / k, (t_end - t_launch) / k  # per decode step
                     for _ in range(k):
                         self.host_step_s += dt
+                        self.host_cpu_s += dc
                         h = self.host_steps % HOST_STEP_HISTORY
                         self.host_step_hist[h] = dt
                         self.host_launch_hist[h] = dl
+                        self.host_cpu_hist[h] = dc
                         self.host_steps += 1
                 if consumed == launched:
                     return

@@ -110,6 +110,9 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         "host_us_per_step": host.get("mean_us", float("nan")),
         "host_us_per_step_median": host.get("median_us", float("nan")),
         "host_launch_us_median": host.get("launch_median_us", float("nan")),  # of which cuGraphLaunch
+        # the loop thread's CPU time (its thread clock) for the same work: blocked or preempted time not in it
+        "host_cpu_us_per_step": host.get("cpu_mean_us", float("nan")),
+        "host_cpu_us_per_step_median": host.get("cpu_median_us", float("nan")),
         "host_step_us": host,
         "process_cpu_us_per_step_incl_wait": cpu / max(1, len(out.token_ids)) * 1e6,
         "decode_nodes": llm.runner.decode_graph(prompt_len + 1).num_nodes,
@@ -215,14 +218,15 @@ def main() -> int:
         print(json.dumps(res, indent=1), flush=True)
     print(f"\ncopy bandwidth {copy_gbps:.0f} GB/s   prompt {args.prompt}   new {args.new}   TTFT ms: "
           + ", ".join(f"{r['model']} {r['fixedgraph_ttft_ms']:.1f} (chunk {r['prefill_chunk']})" for r in results["models"]))
-    hdr = (f"{'model':<12} {'ours ms/tok':>11} {'floor ms':>9} {'of floor':>8} {'host us':>8} {'median':>6} {'launch':>6} {'idle us':>8} "
+    hdr = (f"{'model':<12} {'ours ms/tok':>11} {'floor ms':>9} {'of floor':>8} {'host us':>8} {'median':>6} {'launch':>6} {'cpu us':>6} {'idle us':>8} "
            f"{'hf eager':>9} {'torch graph':>11} {'compile+graph':>13}")
     print(hdr)
     nan = float("nan")
     for r in results["models"]:
         print(f"{r['model']:<12} {r['fixedgraph_ms_per_token']:>11.3f} {r['floor_ms']:>9.3f} "
               f"{r['fraction_of_floor']:>8.2f} {r['host_us_per_step']:>8.1f} {r.get('host_us_per_step_median', nan):>6.1f} "
-              f"{r.get('host_launch_us_median', nan):>6.1f} {r.get('profile_idle_between_steps_us', nan):>8.1f} "
+              f"{r.get('host_launch_us_median', nan):>6.1f} {r.get('host_cpu_us_per_step', nan):>6.1f} "
+              f"{r.get('profile_idle_between_steps_us', nan):>8.1f} "
               f"{r.get('hf_eager_ms_per_token', nan):>9.3f} {r.get('torch_graph_ms_per_token', nan):>11.3f} "
               f"{r.get('torch_compile_ms_per_token', nan):>13.3f}")
         if r["kv_GB_per_step"] * 1e9 > 0.1 * r["weight_GB"] * 1e9:  # long contexts: the floor with K/V reads

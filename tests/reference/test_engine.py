@@ -161,6 +161,11 @@ def test_host_step_stats_cover_every_decode_step(tiny, rng, monkeypatch):
     launches = sorted(x * 1e6 for x in r.host_launch_hist[:4])
     assert st["launch_median_us"] == (launches[1] + launches[2]) / 2
     assert all(0 < a <= b for a, b in zip(r.host_launch_hist[:4], r.host_step_hist[:4]))
+    # the thread's CPU time for the same work (its clock is read just after the wall clock at
+    # both ends: never more than the wall time plus that read, here well under 1 ms)
+    cpus = sorted(x * 1e6 for x in r.host_cpu_hist[:4])
+    assert st["cpu_median_us"] == (cpus[1] + cpus[2]) / 2 and st["cpu_mean_us"] == r.host_cpu_s / 8 * 1e6
+    assert all(0 <= c <= w + 1e-3 for c, w in zip(r.host_cpu_hist[:4], r.host_step_hist[:4])) and cpus[-1] > 0
 
 
 def test_only_the_last_prefill_chunk_publishes_a_token(tiny, rng, monkeypatch):
