@@ -25,7 +25,8 @@ from fixedgraph.errors import LaunchConfigError
 # Entries that read before their wait data that other grids write: the fused decode attention
 # reads the staged seq_len / block_table / slots and its layer's K/V pools (decode_tc in
 # ptx/src/attention_decode.cuh).
-PRE_WAIT_READERS = frozenset(f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128))
+PRE_WAIT_READERS = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128)),
+                              "paged_attention_decode_rope_long_d128"})
 STAGED_WRITERS = frozenset({"stage_meta", "stage_meta_ring", "stage_meta_ring_embed"})  # write the step's staged metadata
 POOL_WRITERS = frozenset({*PRE_WAIT_READERS, "qk_norm_rope_kv"})  # write k_pool / v_pool (their args)
 POOL_PARAMS = ("k_pool", "v_pool")

@@ -190,8 +190,24 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
             int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
-    return prog.launch(f"paged_attention_decode_rope_d{D}", (Hkv, rows, int(num_splits)),
+    return prog.launch(decode_rope_entry(D, int(num_splits)), (Hkv, rows, int(num_splits)),
                        (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D), label=label)
+
+
+# From this many splits on, d128 takes the long-context entry, whose split merge loads 16
+# partials a round instead of 8 (two L2 round trips at 32 splits instead of four). Fewer splits
+# keep the short entry: its merge code is what the 0.6B bench's buckets run (sessions 27-28
+# measured every growth of it as a loss there).
+LONG_MERGE_MIN_SPLITS = 24
+
+
+def decode_rope_entry(D: int, num_splits: int) -> str:
+    """The fused decode attention entry for head dim D at ``num_splits`` splits:
+    ``paged_attention_decode_rope_long_d128`` from LONG_MERGE_MIN_SPLITS on (D = 128; off with
+    FIXEDGRAPH_ATTN_LONG_MERGE=0), else ``paged_attention_decode_rope_d{D}``."""
+    if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
+        return "paged_attention_decode_rope_long_d128"
+    return f"paged_attention_decode_rope_d{D}"
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

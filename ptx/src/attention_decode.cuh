@@ -59,7 +59,11 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // merge's loads (through L2, ld.cg) after every other CTA's count; the barrier after it hands
 // that order to the CTA's other threads. No per-thread __threadfence on either side. The inc
 // wraps old == used - 1 back to 0: the counter is 0 again for the next graph replay.
-template <int D>
+// R: splits' partials loaded per round (all R in flight). 8 for the decode entries; the long
+// entry (paged_attention_decode_rope_long_d128, 24+ splits) takes 16: two L2 round trips
+// instead of four at 32 splits, with the merge's code only in that entry (session 27-28: any
+// growth of the short entries' merge cost the 0.6B bench more than it gained).
+template <int D, int R = 8>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
     const float *o_part,              // [rows, Hq, S, D] f32 (written by other CTAs: no __restrict__)
@@ -89,28 +93,28 @@ __device__ __forceinline__ void arrive_and_merge(
         const float4 *op = reinterpret_cast<const float4 *>(o_part + pi * D) + c4;
         float M = -INFINITY, L = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s0 = 0; s0 < used; s0 += 8, mlp += 8, op += 8 * C4) {  // 8 splits' loads in flight
+        for (int s0 = 0; s0 < used; s0 += R, mlp += R, op += R * C4) {  // R splits' loads in flight
             // Past the last split the loads repeat it (its m leaves the max as it is) and the
             // weight below is 0: no predicated copies of the loads (this code runs cold). The
             // pointers step per round, so split j of a round is a small offset from them.
             const int last = used - 1 - s0;
-            float2 ml[8];
-            float4 ov[8];
+            float2 ml[R];
+            float4 ov[R];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
+            for (int j = 0; j < R; ++j) {
                 const int sj = min(j, last);
                 ml[j] = __ldcg(mlp + sj);
                 ov[j] = __ldcg(op + sj * C4);
             }
             float mx = M;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) mx = fmaxf(mx, ml[j].x);
+            for (int j = 0; j < R; ++j) mx = fmaxf(mx, ml[j].x);
             const float mu = mx == -INFINITY ? 0.f : mx;
             const float c = __expf(M - mu);  // M = -inf (first step): 0, and L, acc are 0
             L *= c;
             acc.x *= c; acc.y *= c; acc.z *= c; acc.w *= c;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
+            for (int j = 0; j < R; ++j) {
                 const float w = s0 + j < used ? ml[j].y * __expf(ml[j].x - mu) : 0.f;
                 L += w;
                 acc.x = fmaf(w, ov[j].x, acc.x);
@@ -324,7 +328,7 @@ __device__ __forceinline__ void rope_pass(
 // the previous layer's attention is late); the grids in between write only activations. Those
 // early reads go through L2 (ld.cg, cp.async.cg), never a possibly stale L1 line. Everything the
 // predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
-template <int D, bool ROPE = false>
+template <int D, bool ROPE = false, int MERGE_R = 8>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
@@ -586,7 +590,7 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
-            arrive_and_merge<D>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
+            arrive_and_merge<D, MERGE_R>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
 }

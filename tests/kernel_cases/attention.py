@@ -354,6 +354,11 @@ ROPE_CASES = {
     # block sizes that are not powers of two: the token's slot and every key's block by multiply
     "attention_decode_rope_r3_bs24_h16kv8_d128_s7_norm": (3, 24, 16, 8, 128, 7, True, [97, 24, 1000], None),
     "attention_decode_rope_r2_bs5_h12kv2_d64_s3": (2, 5, 12, 2, 64, 3, False, [130, 6], 1),
+    # the long-context entry (d128 from 24 splits, 16 partials a merge round): 33 used splits at
+    # 1029 keys (three rounds, the last with one), 22 at 700 (two); G = 2
+    "attention_decode_rope_r2_bs16_h16kv8_d128_s48": (2, 16, 16, 8, 128, 48, False, [1029, 700], None),
+    # G = 4 (8B-class): 32 used splits at 2048 keys, the second row 5 keys (one used split)
+    "attention_decode_rope_r2_bs16_h32kv8_d128_s32_norm": (2, 16, 32, 8, 128, 32, True, [2048, 5], 1),
 }
 
 # name -> (rows, Hq, D, num_splits)

@@ -50,6 +50,7 @@ def test_every_entry_has_cases():
     want = {f"paged_attention_decode_d{d}" for d in ops.DECODE_HEAD_DIMS}
     want |= {f"paged_attention_decode_rope_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
+    want.add("paged_attention_decode_rope_long_d128")  # d128 from LONG_MERGE_MIN_SPLITS splits
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
@@ -354,3 +355,14 @@ def test_max_splits_knob(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_ATTN_MAX_SPLITS", "x")
     with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_MAX_SPLITS='x'"):
         ops.choose_num_splits(32768, 1, 8)
+
+
+def test_long_merge_entry_choice(monkeypatch):
+    # d128 from LONG_MERGE_MIN_SPLITS splits takes the long-context entry; other head dims, fewer
+    # splits and FIXEDGRAPH_ATTN_LONG_MERGE=0 keep the short one
+    n = ops.LONG_MERGE_MIN_SPLITS
+    assert ops.decode_rope_entry(128, n) == "paged_attention_decode_rope_long_d128"
+    assert ops.decode_rope_entry(128, n - 1) == "paged_attention_decode_rope_d128"
+    assert ops.decode_rope_entry(64, 32) == "paged_attention_decode_rope_d64"
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_LONG_MERGE", "0")
+    assert ops.decode_rope_entry(128, 32) == "paged_attention_decode_rope_d128"

@@ -123,11 +123,11 @@ def _rotate_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def _decode_rope(D_entry: int):
+def _decode_rope(D_entry: int, name: str = ""):
     def run(mem, grid, block, out, o_part, ml_part, counters, qkv, q_norm, k_norm, rope, positions,
             slots, k_pool, v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D,
             num_splits, scale, eps):
-        entry = f"paged_attention_decode_rope_d{D_entry}"
+        entry = f"paged_attention_decode_rope{name}_d{D_entry}"
         if D != D_entry or Hkv < 1 or Hq % Hkv:
             raise ValueError(f"{entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
         if any(a % 16 for a in (qkv, q_norm, k_norm, rope, k_pool, v_pool)):
@@ -161,12 +161,14 @@ def _decode_rope(D_entry: int):
                 v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits,
                 scale, current)
 
-    run.__name__ = f"paged_attention_decode_rope_d{D_entry}"
+    run.__name__ = f"paged_attention_decode_rope{name}_d{D_entry}"
     return run
 
 
 for _d in DECODE_ROPE_DIMS:
     twin(f"paged_attention_decode_rope_d{_d}")(_decode_rope(_d))
+# the long-context form: the same results (its merge loads more partials a round)
+twin("paged_attention_decode_rope_long_d128")(_decode_rope(128, "_long"))
 
 
 @twin("paged_attention_combine")
