@@ -105,3 +105,64 @@ def bind_thread(spec: str | None, pci_bus_id: str | None) -> set[int] | None:
     if cpus is not None:
         os.sched_setaffinity(0, cpus)  # pid 0: the calling thread on Linux
     return cpus
+
+
+def current_cpu() -> int:
+    """The CPU the calling thread ran on last (/proc/self/stat's processor field), or -1."""
+    try:
+        stat = Path("/proc/thread-self/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[36])  # field 39; fields 1-2 end at ')'
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def cpu_mhz(cpu: int, cpuinfo: Path = Path("/proc/cpuinfo")) -> float:
+    """The clock /proc/cpuinfo reports for ``cpu`` (MHz; many hypervisors report a fixed one), or
+    NaN."""
+    try:
+        blocks = cpuinfo.read_text().split("\n\n")
+    except OSError:
+        return float("nan")
+    for b in blocks:
+        fields = dict(ln.split(":", 1) for ln in b.splitlines() if ":" in ln)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        if fields.get("processor") == str(cpu) and "cpu MHz" in fields:
+            try:
+                return float(fields["cpu MHz"])
+            except ValueError:
+                return float("nan")
+    return float("nan")
+
+
+def speed_probe(rounds: int = 2000, reps: int = 7) -> dict:
+    """The decode loop's kind of host work, with no GPU and no driver call: ``rounds`` rounds of
+    numpy scalar stores and int arithmetic, like a decode step's slot writes, timed ``reps``
+    times by the wall clock and by the thread's CPU clock (ns per round: best and median).
+
+    Run beside a decode in the same thread, it tells a slow host step's cause apart: the CPU
+    running this thread slowly (the probe slows with the step) or the step's own work, the driver
+    call included (the probe keeps its usual speed). Also the CPU it ran on and that CPU's clock
+    as /proc/cpuinfo reports it."""
+    import time
+
+    import numpy as np
+
+    slots = np.zeros((4, 8), dtype=np.int64)
+    wall, cpu = [], []
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        for i in range(rounds):
+            v = slots[i & 3]
+            v[0] = i
+            v[1] = (i >> 4) * 16 + (i & 15)
+            v[2] = i + 1
+            v[3] = i % 7
+        c1, t1 = time.thread_time(), time.perf_counter()
+        wall.append((t1 - t0) / rounds * 1e9)
+        cpu.append((c1 - c0) / rounds * 1e9)
+    wall.sort()
+    cpu.sort()
+    where = current_cpu()
+    return {"wall_ns_best": wall[0], "wall_ns_median": wall[len(wall) // 2],
+            "cpu_ns_best": cpu[0], "cpu_ns_median": cpu[len(cpu) // 2],
+            "cpu": where, "cpu_mhz": cpu_mhz(where)}

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 import peers  # noqa: E402
 from fixedgraph.engine import LLM  # noqa: E402
-from fixedgraph.hostcpu import allowed_cpus, format_cpus  # noqa: E402
+from fixedgraph.hostcpu import allowed_cpus, format_cpus, speed_probe  # noqa: E402
 from fixedgraph.models.config import ModelConfig  # noqa: E402
 from fixedgraph.profile import gpu_ms  # noqa: E402
 from fixedgraph.sampling import SamplingParams  # noqa: E402
@@ -87,9 +87,11 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
     params = SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True)
     llm.generate([prompt], SamplingParams(temperature=0, max_tokens=32, ignore_eos=True))  # warm up
     llm.runner.reset_host_stats()
+    speed0 = speed_probe()  # this thread's CPU speed just before and after the timed decode
     cpu0, stat0 = time.process_time(), _cpu_stat()
     out = llm.generate([prompt], params)[0]
     cpu, stat1 = time.process_time() - cpu0, _cpu_stat()
+    speed1 = speed_probe()
     m = out.metrics
     weight_bytes = llm.weight_bytes
     floor_ms = weight_bytes / (copy_gbps * 1e9) * 1e3
@@ -122,6 +124,10 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
         "host_cpus": format_cpus(allowed_cpus()), "process_threads": _threads(),
         "wait_mode": llm.runner.wait_mode,  # FIXEDGRAPH_WAIT: spin, or sleep through long steps
         "machine_cpu_during_decode": _cpu_share(stat0, stat1),
+        # fixed host work (numpy slot stores, no driver) timed just before and after the decode
+        # in its thread: a slow host step with a slow probe is the CPU running slowly, not the step
+        "host_speed_probe": {"before": speed0, "after": speed1},
+        "host_probe_ns_median": (speed0["wall_ns_median"] + speed1["wall_ns_median"]) / 2,
     }
     ours = out.token_ids
     if lookaheads:  # the same generation with fewer / more steps queued ahead of the GPU

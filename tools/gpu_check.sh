@@ -44,7 +44,7 @@ T0=$(date +%s)
 note() { summary+=("[$(( $(date +%s) - T0 ))s] $1"); echo "== $1"; }
 # one line per bench JSON (tools/bench.py --json): each model's ms/token, TTFT and boot time
 bench_line() {
-  python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} (ttft {x['fixedgraph_ttft_ms']:.1f} ms, boot {x['boot_s']:.1f} s, host us/step mean {x.get('host_us_per_step', -1):.1f} med {x.get('host_us_per_step_median', -1):.1f} launch {x.get('host_launch_us_median', -1):.1f} cpu {x.get('host_cpu_us_per_step', -1):.1f})\" for x in json.load(open(sys.argv[1]))['models']))" "$1" 2>&1 | tail -1
+  python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} (ttft {x['fixedgraph_ttft_ms']:.1f} ms, boot {x['boot_s']:.1f} s, host us/step mean {x.get('host_us_per_step', -1):.1f} med {x.get('host_us_per_step_median', -1):.1f} launch {x.get('host_launch_us_median', -1):.1f} cpu {x.get('host_cpu_us_per_step', -1):.1f} probe {x.get('host_probe_ns_median', -1):.0f} ns)\" for x in json.load(open(sys.argv[1]))['models']))" "$1" 2>&1 | tail -1
 }
 
 # Packages the GPU machine lacks travel as wheels in .whl/ (see docs/GPU.md).

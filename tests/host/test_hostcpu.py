@@ -69,3 +69,17 @@ def test_bind_thread_sets_and_reports_the_affinity():
     t.join()
     assert got == {"cpus": {one}, "now": {one}, "off": None}
     assert set(os.sched_getaffinity(0)) == allowed
+
+
+def test_speed_probe_times_real_work(tmp_path):
+    p = hostcpu.speed_probe(rounds=200, reps=3)
+    assert 0 < p["wall_ns_best"] <= p["wall_ns_median"]
+    assert 0 <= p["cpu_ns_best"] <= p["cpu_ns_median"]
+    assert p["wall_ns_median"] < 1e6  # four numpy stores: far under a millisecond a round
+    if os.path.exists("/proc/thread-self/stat"):
+        assert p["cpu"] in hostcpu.allowed_cpus()
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\ncpu MHz\t\t: 1000.5\n\nprocessor\t: 1\ncpu MHz\t\t: 2400.000\n\n")
+    assert hostcpu.cpu_mhz(1, info) == 2400.0
+    assert hostcpu.cpu_mhz(0, info) == 1000.5
+    assert hostcpu.cpu_mhz(7, info) != hostcpu.cpu_mhz(7, info)  # NaN: no such CPU
