@@ -53,7 +53,7 @@ def extensions():
             language="c++",
             extra_compile_args=["-O2", "-std=c++17", "-Wno-deprecated-declarations"],
         )
-        for name in ("driver", "graph")
+        for name in ("driver", "graph", "stepper")
     ]
     return cythonize(exts, compiler_directives={"language_level": "3"}, nthreads=os.cpu_count() or 1)
 

@@ -22,6 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from fixedgraph import nvtx
+from fixedgraph._stepper import DecodeStager, StepHistory
 from fixedgraph.backends.base import write_rows
 from fixedgraph.errors import ContextOverflow, FixedGraphError
 from fixedgraph.kvcache import BlockAllocator
@@ -106,18 +107,25 @@ class Runner:
             raise ValueError(f"FIXEDGRAPH_WAIT must be 'spin' or 'sleep', got {WAIT_MODE!r}")
         self.wait_mode = WAIT_MODE  # how _wait_token waits (see WAIT_MODE)
         self._last_token_t: float | None = None
-        self.host_step_s = 0.0  # host time spent preparing + launching decode steps (no waiting)
-        self.host_steps = 0
-        # The last HOST_STEP_HISTORY of those times, each (seconds), for their median: the mean
-        # also carries the OS's interruptions of this thread. Preallocated: no allocation per step.
-        self.host_step_hist = array("d", bytes(8 * HOST_STEP_HISTORY))
-        # ... and the part of each spent in the launch call itself (cuGraphLaunch on the GPU),
-        # which can block on the driver's queue: the rest is the runner's own Python.
-        self.host_launch_hist = array("d", bytes(8 * HOST_STEP_HISTORY))
-        # ... and the CPU time this thread used for each (its thread clock: time blocked in the
-        # driver or preempted is not in it; a spinning driver is). The issue's "host CPU per step".
-        self.host_cpu_hist = array("d", bytes(8 * HOST_STEP_HISTORY))
-        self.host_cpu_s = 0.0
+        # Host time per decode step (preparing + launching, no waiting): totals since the last
+        # reset and the last HOST_STEP_HISTORY steps' times (seconds), for their median (the mean
+        # also carries the OS's interruptions of this thread); preallocated, no allocation a step.
+        # Beside each step's wall time: the part spent in the launch call itself (cuGraphLaunch
+        # on the GPU, which can block on the driver's queue; the rest is the loop's own work) and
+        # the thread's CPU time for it (its thread clock: time blocked in the driver or preempted
+        # is not in it; a spinning driver is). The issue's "host CPU per step".
+        self.host_step_hist = np.zeros(HOST_STEP_HISTORY)
+        self.host_launch_hist = np.zeros(HOST_STEP_HISTORY)
+        self.host_cpu_hist = np.zeros(HOST_STEP_HISTORY)
+        self._history = StepHistory(self.host_step_hist, self.host_launch_hist, self.host_cpu_hist)
+        # The per-step metadata writes of the decode loop, in C (runtime_pyx/stepper.pyx)
+        layout = model.decode_meta[1]
+        self._stager = DecodeStager(
+            self.staging.array, self.slot_bytes, self.num_slots,
+            {"positions": layout.offset("positions"), "slot": layout.offset("slot"),
+             "seq_len": layout.offset("seq_len"), "step": layout.offset("step"),
+             "counter": layout.offset("sample") + 4 * sample_ops.STEP_WORD},
+            self.ring_i32[: s.ring_len], s.block_size, s.max_blocks)
         # Profiling hook: called as hook(step, False) just before a decode step's graph is
         # enqueued and hook(step, True) just after (the profiler records CUDA events there, to
         # time the GPU's gaps between steps). None on the normal path: one test per step.
@@ -125,8 +133,22 @@ class Runner:
 
     def reset_host_stats(self) -> None:
         """Forget the host step times recorded so far (before a measured generation)."""
-        self.host_step_s, self.host_steps = 0.0, 0
-        self.host_cpu_s = 0.0
+        self._history.reset()
+
+    @property
+    def host_steps(self) -> int:
+        """Decode steps whose host time was recorded since the last reset."""
+        return self._history.count
+
+    @property
+    def host_step_s(self) -> float:
+        """Their host time in all (seconds)."""
+        return self._history.step_total
+
+    @property
+    def host_cpu_s(self) -> float:
+        """Their thread CPU time in all (seconds)."""
+        return self._history.cpu_total
 
     def host_step_stats(self) -> dict:
         """Host µs spent preparing and launching one decode step since the last reset: mean over
@@ -279,33 +301,29 @@ class Runner:
                 v["table"][: len(table)] = table
                 if sampling:
                     v["sample"][:] = sample_row
-            bs, ring_len, ring = s.block_size, s.ring_len, self.ring_i32
+            bs = s.block_size
+            stager, history = self._stager, self._history
+            stager.set_table(table)
+            perf, cpu_clock = time.perf_counter, time.thread_time
             while True:
                 while launched < max_steps and launched - consumed < self.lookahead:
-                    t_host = time.perf_counter()
-                    c_host = time.thread_time()
+                    t_host = perf()
+                    c_host = cpu_clock()
                     # a group, or one step: the tail shorter than a group, and the steps up to a
                     # context-bucket boundary a group would straddle (every step then runs the
                     # bucket's graph a single step would, so the tokens never depend on the group)
                     first = launched + 1
                     k = G if (G > 1 and max_steps - launched >= G
                               and bucket_of(n + first) == bucket_of(n + first + G - 1)) else 1
-                    for step in range(first, first + k):  # each step's metadata into its own slot
-                        pos = n + step - 1
-                        if pos % bs == 0 or pos >= len(table) * bs:
-                            for b in self.alloc.ensure(seq, pos + 1):  # a new block: every slot learns it
-                                table.append(b)
-                                for v in slots:
-                                    v["table"][len(table) - 1] = b
-                        v = slots[(self.passes + step - first) % self.num_slots]
-                        v["pos"][0] = pos
-                        v["slot"][0] = table[pos // bs] * bs + pos % bs
-                        v["seq_len"][0] = pos + 1
-                        v["step"][0] = step
-                        if sampling:
-                            v["sample"][7] = step  # the RNG counter word of the sampling row
-                        ring[step % ring_len] = _SENTINEL
                     last = n + first + k - 2  # the position of the launch's last step
+                    if last >= len(table) * bs:  # a new block: every slot learns it
+                        for b in self.alloc.ensure(seq, last + 1):
+                            table.append(b)
+                            stager.append_block(b)
+                            for v in slots:
+                                v["table"][len(table) - 1] = b
+                    # each step's metadata into its own slot, its ring entry pending (in C)
+                    stager.stage(self.passes, first, k, n, sampling)
                     if k == 1:
                         if last >= bucket:  # the sequence outgrew its context bucket: the next graph
                             bucket = bucket_of(last + 1)
@@ -318,26 +336,17 @@ class Runner:
                         go = launch_g
                     hook = self.step_hook
                     if hook is None:
-                        t_launch = time.perf_counter()
+                        t_launch = perf()
                         go()
                     else:
                         hook(first, False)
-                        t_launch = time.perf_counter()
+                        t_launch = perf()
                         go()
                         hook(first, True)
-                    t_end = time.perf_counter()
-                    dc = (time.thread_time() - c_host) / k
+                    t_end = perf()
+                    history.record((t_end - t_host) / k, (t_end - t_launch) / k, (cpu_clock() - c_host) / k, k)
                     self.passes += k
                     launched += k
-                    dt, dl = (t_end - t_host) / k, (t_end - t_launch) / k  # per decode step
-                    for _ in range(k):
-                        self.host_step_s += dt
-                        self.host_cpu_s += dc
-                        h = self.host_steps % HOST_STEP_HISTORY
-                        self.host_step_hist[h] = dt
-                        self.host_launch_hist[h] = dl
-                        self.host_cpu_hist[h] = dc
-                        self.host_steps += 1
                 if consumed == launched:
                     return
                 consumed += 1

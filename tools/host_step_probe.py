@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The runner's own host cost per decode step, without the driver: a tiny random model on the
 reference backend with every decode graph launch made a no-op and each token returned at once,
-so what is timed is the Python of the decode loop (metadata writes, bucket choice, bookkeeping).
+so what is timed is the decode loop's own host work (the metadata writes in C, the Python
+that picks the graph and grows the block table, the time records).
 
     python tools/host_step_probe.py [--steps 1000]
 
@@ -40,7 +41,7 @@ def main() -> int:
     llm.generate([[1, 2, 3, 4, 5]], SamplingParams(max_tokens=n, ignore_eos=True))
     stats = r.host_step_stats()
     print(json.dumps(stats))
-    print(f"host Python per decode step (launch stubbed): median {stats['median_us']:.2f} us, "
+    print(f"host work per decode step (launch stubbed): median {stats['median_us']:.2f} us, "
           f"p90 {stats['p90_us']:.2f}, mean {stats['mean_us']:.2f} over {stats['steps']} steps")
     llm.close()
     return 0

@@ -13,6 +13,7 @@ from fixedgraph.program import Arg, Null, Program
 PARAM_WORDS = 8  # u32 words of one params row
 # Same layout as fixedgraph.sampling.DEVICE_ROW_FORMAT (engine side; tests keep them equal).
 PARAM_FORMAT = "<ffffiIII"
+STEP_WORD = 7  # the params row's RNG counter word (u32): the decode step it samples for
 MAX_V = 1 << 24  # top-p masses: V * 2^40 must fit in u64
 THREADS = 1024  # the kernel's CTA size (it returns at once on any other)
 
