@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from fixedgraph import nvtx
-from fixedgraph._stepper import DecodeStager, StepHistory
+from fixedgraph._stepper import DecodeStager, RingWaiter, StepHistory
 from fixedgraph.backends.base import write_rows
 from fixedgraph.errors import ContextOverflow, FixedGraphError
 from fixedgraph.kvcache import BlockAllocator
@@ -126,6 +126,7 @@ class Runner:
              "seq_len": layout.offset("seq_len"), "step": layout.offset("step"),
              "counter": layout.offset("sample") + 4 * sample_ops.STEP_WORD},
             self.ring_i32[: s.ring_len], s.block_size, s.max_blocks)
+        self._waiter = RingWaiter(self.ring_i32)  # _wait_token's spin, in C without the GIL
         # Profiling hook: called as hook(step, False) just before a decode step's graph is
         # enqueued and hook(step, True) just after (the profiler records CUDA events there, to
         # time the GPU's gaps between steps). None on the normal path: one test per step.
@@ -228,35 +229,33 @@ class Runner:
                 "table": v["block_table"][0], "sample": v["sample"][0]}
 
     def _wait_token(self, step: int, row: int = 0, width: int = 1) -> int:
-        """Spin on the mapped ring until step ``step`` publishes row ``row``'s token. Only a
-        token that is late (twice the recent interval between tokens, at least _POLL_MIN_S) makes
-        the host ask the stream, without blocking (the steps queued behind keep the GPU busy),
-        whether it still runs or has faulted; a stream that finished without the token is an
-        error. Queries stay rare: each is a driver call, and the GPU may idle while it runs."""
+        """Wait until step ``step`` publishes row ``row``'s token in the mapped ring: spinning in
+        C without the GIL (the application's other Python threads run meanwhile), after a nap in
+        ``sleep`` mode. Only a token that is late (twice the recent interval between tokens, at
+        least _POLL_MIN_S) makes the host ask the stream, without blocking (the steps queued
+        behind keep the GPU busy), whether it still runs or has faulted; a stream that finished
+        without the token is an error. Queries stay rare: each is a driver call, and the GPU may
+        idle while it runs."""
         idx = (step % self.model.sizes.ring_len) * width + row
-        ring = self.ring_i32
         t0 = time.perf_counter()
-        if self.wait_mode == "sleep" and int(ring[idx]) == _SENTINEL:
+        if self.wait_mode == "sleep" and int(self.ring_i32[idx]) == _SENTINEL:
             nap = sleep_before_token(t0, self._last_token_t, self._token_interval_s)
             if nap > 0.0:
                 time.sleep(nap)
         patience = min(_POLL_MAX_S, max(_POLL_MIN_S, 2.0 * self._token_interval_s))
-        t_next = t0 + patience
         while True:
-            tok = int(ring[idx])
+            tok = self._waiter.wait(idx, _SENTINEL, patience)
             if tok != _SENTINEL:
                 now = time.perf_counter()
                 if self._last_token_t is not None:  # moving average of the token cadence
                     self._token_interval_s += 0.1 * ((now - self._last_token_t) - self._token_interval_s)
                 self._last_token_t = now
                 return tok
-            if time.perf_counter() >= t_next:
-                if self.device.idle():  # raises if the stream faulted
-                    tok = int(ring[idx])
-                    if tok == _SENTINEL:
-                        raise FixedGraphError(f"decode step {step} finished without publishing a token")
-                    return tok
-                t_next = time.perf_counter() + patience
+            if self.device.idle():  # raises if the stream faulted
+                tok = int(self.ring_i32[idx])
+                if tok == _SENTINEL:
+                    raise FixedGraphError(f"decode step {step} finished without publishing a token")
+                return tok
 
     # ---- a sequence --------------------------------------------------------------------------
 

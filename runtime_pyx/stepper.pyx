@@ -6,12 +6,34 @@ token's position, its KV write slot, the sequence length, the step number and, w
 the RNG counter) and marks the step's token-ring entry as pending; then one graph launch runs k
 such steps. ``DecodeStager.stage`` does the writes of a launch's k steps in one call without the
 GIL, from byte offsets the caller takes from the model's metadata layout: it knows no model and
-no CUDA. ``StepHistory`` records the host's time per step (wall, launch call, thread CPU) into
+no CUDA. ``RingWaiter`` spins on a token-ring entry until the GPU publishes it, without
+the GIL (an application's other Python threads run meanwhile). ``StepHistory`` records the host's time per step (wall, launch call, thread CPU) into
 preallocated arrays, k steps at a time. The Python decode loop (``fixedgraph.runner``) keeps what
 is rare or needs Python objects: growing the block table, choosing the graph, waiting for tokens.
 """
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+cdef extern from *:
+    """
+    static inline void fg_cpu_relax(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
+    static inline int fg_load_i32(const int *p) { return *(const volatile int *)p; }
+    """
+    void fg_cpu_relax() noexcept nogil
+    int32_t fg_load_i32(const int32_t *p) noexcept nogil
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
 
 
 cdef inline void _put_u32(unsigned char *p, uint32_t v) noexcept nogil:
@@ -150,3 +172,34 @@ cdef class StepHistory:
             self.count += 1
         self.step_total += dt * k
         self.cpu_total += dc * k
+
+
+cdef class RingWaiter:
+    """Waits for an entry of the host-mapped token ring to change from its pending value, spinning
+    without the GIL (the other Python threads of the process run meanwhile)."""
+
+    cdef int32_t[::1] _ring
+
+    def __init__(self, ring):
+        self._ring = ring
+        if self._ring.shape[0] < 1:
+            raise ValueError("the token ring is empty")
+
+    cpdef int32_t wait(self, Py_ssize_t idx, int32_t pending, double timeout_s) except? -2147483648:
+        """The entry's value once it is not ``pending``, or ``pending`` when ``timeout_s`` seconds
+        passed first."""
+        if idx < 0 or idx >= self._ring.shape[0]:
+            raise IndexError(f"ring entry {idx} is outside the {self._ring.shape[0]}-entry ring")
+        cdef const int32_t *p = &self._ring[idx]
+        cdef int32_t v
+        cdef double deadline
+        with nogil:
+            v = fg_load_i32(p)
+            if v == pending:
+                deadline = _now() + timeout_s
+                while True:
+                    fg_cpu_relax()
+                    v = fg_load_i32(p)
+                    if v != pending or _now() >= deadline:
+                        break
+        return v

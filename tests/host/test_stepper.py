@@ -1,9 +1,12 @@
 """The decode loop's C staging (runtime_pyx/stepper.pyx) against the formulas it replaces, on
-random block tables, prompt lengths, groups and slot counts."""
+random block tables, prompt lengths, groups and slot counts; its token wait."""
+import threading
+import time
+
 import numpy as np
 import pytest
 
-from fixedgraph._stepper import DecodeStager, StepHistory
+from fixedgraph._stepper import DecodeStager, RingWaiter, StepHistory
 from fixedgraph.models.meta import MetaLayout
 from fixedgraph.ops import sample as sample_ops
 
@@ -99,3 +102,29 @@ def test_step_history_records_k_steps_and_wraps():
     assert h.count == 0 and h.step_total == 0.0 and h.cpu_total == 0.0
     with pytest.raises(ValueError, match="same, positive length"):
         StepHistory(np.zeros(3), np.zeros(4), np.zeros(3))
+
+
+def test_ring_waiter_returns_published_tokens_times_out_and_lets_other_threads_run():
+    ring = np.full(8, -1, np.int32)
+    w = RingWaiter(ring)
+    ring[1] = 7
+    assert w.wait(1, -1, 0.0) == 7  # already published
+    t0 = time.perf_counter()
+    assert w.wait(2, -1, 0.02) == -1  # never published: the pending value after the timeout
+    assert time.perf_counter() - t0 >= 0.019
+
+    def publish():
+        time.sleep(0.02)
+        ring[5] = 42
+
+    # The writer is a Python thread: it runs only if the wait released the GIL. Were the GIL
+    # held, the wait would end at its 10 s timeout with the pending value.
+    th = threading.Thread(target=publish)
+    t0 = time.perf_counter()
+    th.start()
+    assert w.wait(5, -1, 10.0) == 42
+    assert time.perf_counter() - t0 < 5.0
+    th.join()
+    for bad in (8, -1):
+        with pytest.raises(IndexError, match="outside the 8-entry ring"):
+            w.wait(bad, -1, 0.0)
