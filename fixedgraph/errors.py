@@ -22,6 +22,10 @@ class KVPoolExhausted(FixedGraphError):
     """The paged KV pool has too few free blocks for an allocation; nothing was allocated."""
 
 
+class EngineBusy(FixedGraphError):
+    """A generation was started while another still ran on the same engine (one at a time)."""
+
+
 class ContextOverflow(FixedGraphError):
     """A sequence would grow past the context (max_blocks_per_seq * block_size tokens)."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from array import array
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import numpy as np
 from fixedgraph import nvtx
 from fixedgraph._stepper import DecodeStager, RingWaiter, StepHistory
 from fixedgraph.backends.base import write_rows
-from fixedgraph.errors import ContextOverflow, FixedGraphError
+from fixedgraph.errors import ContextOverflow, EngineBusy, FixedGraphError
 from fixedgraph.kvcache import BlockAllocator
 from fixedgraph.models.dense import RING, STAGING, DenseDecoder
 from fixedgraph.ops import sample as sample_ops
@@ -127,6 +128,11 @@ class Runner:
              "counter": layout.offset("sample") + 4 * sample_ops.STEP_WORD},
             self.ring_i32[: s.ring_len], s.block_size, s.max_blocks)
         self._waiter = RingWaiter(self.ring_i32)  # _wait_token's spin, in C without the GIL
+        # Held while a generation (or a teacher-forced pass) runs: the runner decodes one sequence
+        # at a time through its staging slots and token ring, and a second one interleaved with
+        # it (two streams iterated in turn, or two threads) would overwrite the first one's
+        # metadata and tokens. See _claim.
+        self._busy = threading.Lock()
         # Profiling hook: called as hook(step, False) just before a decode step's graph is
         # enqueued and hook(step, True) just after (the profiler records CUDA events there, to
         # time the GPU's gaps between steps). None on the normal path: one test per step.
@@ -259,6 +265,14 @@ class Runner:
 
     # ---- a sequence --------------------------------------------------------------------------
 
+    def _claim(self, what: str) -> None:
+        """Take the runner for one generation, or raise EngineBusy when another holds it."""
+        if not self._busy.acquire(blocking=False):
+            raise EngineBusy(
+                f"{what}: another generation is still running on this engine, which decodes one "
+                "sequence at a time; iterate the earlier stream to its end or close() it first "
+                "(LLM.generate takes several prompts and runs them in turn)")
+
     def check_prompt(self, num_tokens: int) -> None:
         limit = self.model.sizes.max_model_len
         if num_tokens < 1:
@@ -270,7 +284,16 @@ class Runner:
     def generate(self, prompt: list[int], params: SamplingParams, seed: int,
                  max_new_tokens: int | None = None) -> Iterator[int]:
         """Yield generated token ids as the GPU publishes them. The caller stops iterating when
-        the request finishes; steps already queued past that point are discarded."""
+        the request finishes; steps already queued past that point are discarded. One at a time:
+        a second generation started before this one ends raises EngineBusy."""
+        self._claim("cannot start a generation")
+        try:
+            yield from self._generate(prompt, params, seed, max_new_tokens)
+        finally:
+            self._busy.release()
+
+    def _generate(self, prompt: list[int], params: SamplingParams, seed: int,
+                  max_new_tokens: int | None) -> Iterator[int]:
         self.check_prompt(len(prompt))
         m, s = self.model, self.model.sizes
         seq = self._next_seq
@@ -405,6 +428,13 @@ class Runner:
         """Logits after the prompt and after each later token of ``tokens`` fed in as the input
         (not the sampled token): ``[len(tokens) - prompt_len + 1, vocab]`` f32. With ``eager``
         the decode steps run the bound program launch by launch instead of the graph."""
+        self._claim("cannot run a teacher-forced pass")
+        try:
+            return self._teacher_forced_logits(tokens, prompt_len, eager)
+        finally:
+            self._busy.release()
+
+    def _teacher_forced_logits(self, tokens: list[int], prompt_len: int, eager: bool) -> np.ndarray:
         m, s = self.model, self.model.sizes
         if len(tokens) > s.max_model_len:
             raise ContextOverflow(f"{len(tokens)} tokens exceed the context of {s.max_model_len}")

@@ -311,3 +311,29 @@ def test_wait_modes_give_the_same_tokens(rng, monkeypatch, mode):
     naps.clear()
     assert llm.generate([prompt], params)[0].token_ids == ref
     assert (len(naps) > 0) == (mode == "sleep") and all(0 < s < 0.2 for s in naps)
+
+
+def test_a_second_stream_while_one_runs_is_refused_and_the_first_is_unharmed(tiny):
+    """The runner decodes one sequence at a time: a second stream iterated between the first's
+    tokens would overwrite its staging slots and ring entries (both got wrong tokens before this
+    guard). It raises EngineBusy instead; the first finishes with its own tokens, and once it has
+    ended (or been closed) the next stream runs."""
+    from fixedgraph.errors import EngineBusy
+
+    p = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    want_a = tiny.generate([[1, 2, 3, 4, 5]], p)[0].token_ids
+    want_b = tiny.generate([[9, 8, 7, 6]], p)[0].token_ids
+    a = tiny.stream([1, 2, 3, 4, 5], p)
+    got_a = [next(a).token_id]
+    b = tiny.stream([9, 8, 7, 6], p)
+    with pytest.raises(EngineBusy, match="another generation is still running"):
+        next(b)
+    with pytest.raises(EngineBusy, match="teacher-forced"):
+        tiny.runner.teacher_forced_logits([1, 2, 3, 4], 3)
+    got_a += [c.token_id for c in a if c.token_id is not None]
+    assert got_a == want_a
+    assert tiny.generate([[9, 8, 7, 6]], p)[0].token_ids == want_b
+    c = tiny.stream([9, 8, 7, 6], p)
+    next(c)
+    c.close()  # an abandoned stream gives the runner back
+    assert tiny.generate([[9, 8, 7, 6]], p)[0].token_ids == want_b
