@@ -359,6 +359,12 @@ ROPE_CASES = {
     "attention_decode_rope_r2_bs16_h16kv8_d128_s48": (2, 16, 16, 8, 128, 48, False, [1029, 700], None),
     # G = 4 (8B-class): 32 used splits at 2048 keys, the second row 5 keys (one used split)
     "attention_decode_rope_r2_bs16_h32kv8_d128_s32_norm": (2, 16, 32, 8, 128, 32, True, [2048, 5], 1),
+    # the long entry at the other GQA ratios of the supported models: G = 7 (Qwen2.5-7B's 28 / 4),
+    # G = 3 (Llama-3.2-3B's 24 / 8) at exactly LONG_MERGE_MIN_SPLITS, G = 1 (MHA) with a row
+    # whose token writes no K/V
+    "attention_decode_rope_r2_bs16_h28kv4_d128_s32": (2, 16, 28, 4, 128, 32, False, [1500, 40], None),
+    "attention_decode_rope_r1_bs16_h24kv8_d128_s24_norm": (1, 16, 24, 8, 128, 24, True, [777], None),
+    "attention_decode_rope_r2_bs32_h8kv8_d128_s40": (2, 32, 8, 8, 128, 40, False, [1300, 1299], 0),
 }
 
 # name -> (rows, Hq, D, num_splits)
