@@ -108,7 +108,8 @@ def bind_thread(spec: str | None, pci_bus_id: str | None) -> set[int] | None:
 
 
 def current_cpu() -> int:
-    """The CPU the calling thread ran on last (/proc/self/stat's processor field), or -1."""
+    """The CPU the calling thread ran on last (the processor field of /proc/thread-self/stat),
+    or -1."""
     try:
         stat = Path("/proc/thread-self/stat").read_text()
         return int(stat[stat.rindex(")") + 2:].split()[36])  # field 39; fields 1-2 end at ')'

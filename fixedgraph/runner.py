@@ -16,7 +16,6 @@ import os
 import statistics
 import threading
 import time
-from array import array
 from dataclasses import dataclass
 from typing import Iterator
 

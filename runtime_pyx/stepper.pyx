@@ -36,15 +36,13 @@ cdef inline double _now() noexcept nogil:
     return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
 
 
-cdef inline void _put_u32(unsigned char *p, uint32_t v) noexcept nogil:
+# Stores at byte offsets the layout gives (memcpy: no alignment assumed). The i32 seq_len goes
+# through _put32 too: its values are non-negative, the same bits as u32.
+cdef inline void _put32(unsigned char *p, uint32_t v) noexcept nogil:
     memcpy(p, &v, 4)
 
 
-cdef inline void _put_i32(unsigned char *p, int32_t v) noexcept nogil:
-    memcpy(p, &v, 4)
-
-
-cdef inline void _put_i64(unsigned char *p, int64_t v) noexcept nogil:
+cdef inline void _put64(unsigned char *p, int64_t v) noexcept nogil:
     memcpy(p, &v, 8)
 
 
@@ -130,12 +128,12 @@ cdef class DecodeStager:
                 step = first + i
                 pos = n + step - 1
                 slot = base + ((passes + i) % self.num_slots) * self.slot_bytes
-                _put_u32(slot + self.off_pos, <uint32_t>pos)
-                _put_i64(slot + self.off_slot, <int64_t>table[pos // bs] * bs + pos % bs)
-                _put_i32(slot + self.off_seq_len, <int32_t>(pos + 1))
-                _put_u32(slot + self.off_step, <uint32_t>step)
+                _put32(slot + self.off_pos, <uint32_t>pos)
+                _put64(slot + self.off_slot, <int64_t>table[pos // bs] * bs + pos % bs)
+                _put32(slot + self.off_seq_len, <uint32_t>(pos + 1))
+                _put32(slot + self.off_step, <uint32_t>step)
                 if sampling:
-                    _put_u32(slot + self.off_ctr, <uint32_t>step)
+                    _put32(slot + self.off_ctr, <uint32_t>step)
                 ring[step % self.ring_len] = -1
 
 
