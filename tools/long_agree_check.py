@@ -4,9 +4,12 @@ The long-prompt bench (tools/bench.py --prompt 4096) found 8B's greedy tokens di
 CUDA-graph peer's from the first one. This prints, for the bench's model, seed and prompt, our
 logits after the prompt (the prefill graphs) against transformers' (bf16, same weights): cosine
 similarity, largest difference, both argmaxes and transformers' top-2 margin, so a near-tie can
-be told from a wrong prefill.
+be told from a wrong prefill. --fp32: also transformers in float32 on the same (bf16-valued)
+weights, the closest thing to exact here, with ours and transformers-bf16 each measured against
+it: if ours is as close to it as transformers' own bf16 run, a differing argmax is bf16 rounding
+on a near-tie, not a wrong prefill.
 
-    python3 tools/long_agree_check.py [--models qwen3-8b] [--prompt 4096] [--device cuda]
+    python3 tools/long_agree_check.py [--models qwen3-8b] [--prompt 4096] [--device cuda] [--fp32]
 """
 from __future__ import annotations
 
@@ -27,7 +30,25 @@ from fixedgraph.testing.checkpoints import random_model  # noqa: E402
 from fixedgraph.weights.state_dict_source import StateDictSource  # noqa: E402
 
 
-def check(name: str, prompt_len: int, seed: int, device: str) -> dict:
+def _last_logits(hf, prompt: list[int], device: str) -> np.ndarray:
+    ids = torch.tensor([prompt], device=device)
+    with torch.no_grad():
+        try:  # only the last position's logits (a 32k prompt's full logits are ~20 GB in float32)
+            out = hf(input_ids=ids, logits_to_keep=1)
+        except TypeError:  # transformers before logits_to_keep
+            out = hf(input_ids=ids)
+    return out.logits[0, -1].float().cpu().numpy().astype(np.float64)
+
+
+def _against(a: np.ndarray, ref: np.ndarray) -> dict:
+    """a measured against ref: cosine, largest difference, and whether their argmaxes agree."""
+    cos = float(a @ ref / (np.linalg.norm(a) * np.linalg.norm(ref)))
+    return {"cosine": cos, "max_abs_diff": float(np.abs(a - ref).max()),
+            "rms_diff": float(np.sqrt(np.mean((a - ref) ** 2))), "argmax": int(a.argmax()),
+            "argmax_agrees": bool(a.argmax() == ref.argmax())}
+
+
+def check(name: str, prompt_len: int, seed: int, device: str, fp32: bool = False) -> dict:
     backend = "cuda" if device == "cuda" else "reference"
     hf = random_model(name, seed, device=device, dtype="bfloat16" if device == "cuda" else "float32")
     cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
@@ -36,14 +57,22 @@ def check(name: str, prompt_len: int, seed: int, device: str) -> dict:
     prompt = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=prompt_len).tolist()  # bench.py's
     ours = llm.runner.teacher_forced_logits(prompt + [prompt[-1]], prompt_len)[0].astype(np.float64)
     llm.close()
-    with torch.no_grad():
-        ref = hf(input_ids=torch.tensor([prompt], device=device)).logits[0, -1].float().cpu().numpy().astype(np.float64)
+    ref = _last_logits(hf, prompt, device)
     top2 = np.argsort(ref)[-2:][::-1]
     cos = float(ours @ ref / (np.linalg.norm(ours) * np.linalg.norm(ref)))
-    return {"model": name, "prompt": prompt_len, "cosine": cos, "max_abs_diff": float(np.abs(ours - ref).max()),
-            "ref_std": float(ref.std()), "ours_argmax": int(ours.argmax()), "ref_argmax": int(top2[0]),
-            "ref_top2_margin": float(ref[top2[0]] - ref[top2[1]]),
-            "ours_at_ref_top2": [float(ours[top2[0]]), float(ours[top2[1]])]}
+    res = {"model": name, "prompt": prompt_len, "cosine": cos, "max_abs_diff": float(np.abs(ours - ref).max()),
+           "ref_std": float(ref.std()), "ours_argmax": int(ours.argmax()), "ref_argmax": int(top2[0]),
+           "ref_top2_margin": float(ref[top2[0]] - ref[top2[1]]),
+           "ours_at_ref_top2": [float(ours[top2[0]]), float(ours[top2[1]])]}
+    if fp32:
+        del hf
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        exact = _last_logits(random_model(name, seed, device=device, dtype="float32"), prompt, device)
+        e2 = np.argsort(exact)[-2:][::-1]
+        res["fp32"] = {"argmax": int(e2[0]), "top2_margin": float(exact[e2[0]] - exact[e2[1]]),
+                       "ours": _against(ours, exact), "transformers_bf16": _against(ref, exact)}
+    return res
 
 
 def main() -> int:
@@ -52,9 +81,11 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda", help="cuda (the CUDA backend) or cpu (the reference backend)")
+    ap.add_argument("--fp32", action="store_true",
+                    help="also transformers in float32, with ours and transformers-bf16 measured against it")
     args = ap.parse_args()
     for name in args.models.split(","):
-        print(json.dumps(check(name, args.prompt, args.seed, args.device)), flush=True)
+        print(json.dumps(check(name, args.prompt, args.seed, args.device, args.fp32)), flush=True)
     return 0
 
 
