@@ -135,7 +135,7 @@ def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8,
     nblocks = -(-ctx // bs)
     kv_bytes = rows * ctx * Hkv * D * 2 * 2
     c = copies_for(kv_bytes, smoke)
-    S = attention.choose_num_splits(ctx, rows, Hkv)
+    S = attention.choose_num_splits(ctx, rows, Hkv, D=D)
     plan = ArenaPlan()
     for i in range(c):
         plan.add(f"k{i}", (rows * nblocks + 1, bs, Hkv, D), "bf16")

@@ -37,7 +37,7 @@ class Sizes:
     max_model_len: int  # longest sequence (prompt + output)
     ring_len: int  # steps the mapped token ring holds
     staging_slots: int = 6  # metadata slots in pinned staging (passes in flight + 2)
-    ctx_buckets: tuple[int, ...] = (128, 512, 2048, 8192)  # decode graphs per context bucket
+    ctx_buckets: tuple[int, ...] = (128, 512, 2048, 4096, 8192)  # decode graphs per context bucket
 
     def __post_init__(self) -> None:
         assert self.widths and list(self.widths) == sorted(set(self.widths)) and self.widths[0] >= 1
@@ -186,7 +186,7 @@ class DenseDecoder:
                                 self.Hkv, self.D, c.rms_norm_eps, label=f"{L}qk_norm_rope_kv")
 
     def _num_splits(self, width: int, ctx: int) -> int:
-        return 1 if ctx <= 128 else attention.choose_num_splits(ctx, width, self.Hkv)
+        return 1 if ctx <= 128 else attention.choose_num_splits(ctx, width, self.Hkv, D=self.D)
 
     def ctx_bucket(self, num_keys: int) -> int:
         """The smallest context bucket holding ``num_keys`` keys (the decode graph to launch)."""

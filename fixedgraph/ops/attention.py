@@ -64,19 +64,44 @@ def decode_shared_bytes(D: int) -> int:
     return 0 if D > 128 else DECODE_STAGES * 2 * DECODE_TILE_KEYS * (D + 8) * 2
 
 
-def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132) -> int:
-    """Splits per (row, kv head) so that the longest context puts about two CTAs on every SM.
+def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132, D: int = 128) -> int:
+    """Splits per (row, kv head) for a graph whose longest context is ``max_seq_len`` keys.
 
     Fixed when the graph is built; each launch cuts a row of n keys into pieces of
     round_up(ceil(n / S), block_size) keys, so short contexts use fewer, shorter splits and the
     rest exit after one load (no scratch, no counter). Never more than ``max_seq_len //
-    min_keys_per_split()`` splits, nor more CTAs than two per SM (the kernel's occupancy).
+    min_keys_per_split()`` splits. CTAs: one per SM while the launch's K/V (bf16, at the longest
+    context) is at most ``one_per_sm_bytes()``, two per SM (the kernel's occupancy) past it: a
+    second CTA's tiles in flight pay only once streaming the keys dominates the launch. Below
+    that, the CTAs a second wave adds cost more beside the GEMVs before and after the attention
+    than they stream (session 31, Qwen3-0.6B, FIXEDGRAPH_ATTN_MAX_SPLITS=16 against 32: 2112-key
+    bucket -11.7% a token, 4160 -7.7%; 8256 +5.2%, 16448 +23%).
     """
-    if max_seq_len < 1 or rows < 1 or Hkv < 1:
-        raise ValueError(f"choose_num_splits: max_seq_len={max_seq_len}, rows={rows}, Hkv={Hkv}")
-    want = 2 * num_sms // (rows * Hkv)  # CTAs per (row, kv head) that still fit in one wave
+    if max_seq_len < 1 or rows < 1 or Hkv < 1 or D < 1:
+        raise ValueError(f"choose_num_splits: max_seq_len={max_seq_len}, rows={rows}, Hkv={Hkv}, D={D}")
+    kv_bytes = rows * max_seq_len * Hkv * D * 2 * 2  # K and V, bf16
+    per_sm = 1 if kv_bytes <= one_per_sm_bytes() else 2
+    want = per_sm * num_sms // (rows * Hkv)  # CTAs per (row, kv head) that still fit in one wave
     by_len = max_seq_len // min_keys_per_split()
     return max(1, min(want, by_len, max_splits()))
+
+
+ONE_PER_SM_MIB = 24  # one CTA per SM up to this many MiB of K/V a launch (see choose_num_splits)
+
+
+def one_per_sm_bytes() -> int:
+    """FIXEDGRAPH_ATTN_ONE_PER_SM_MIB (default ONE_PER_SM_MIB; 0: always two CTAs per SM, the
+    policy before session 31): the largest K/V a decode launch reads, at its graph's longest
+    context, that still plans one attention CTA per SM. An A/B knob."""
+    raw = os.environ.get("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", str(ONE_PER_SM_MIB))
+    try:
+        mib = int(raw)
+    except ValueError:
+        mib = -1
+    if mib < 0:
+        raise ValueError(f"FIXEDGRAPH_ATTN_ONE_PER_SM_MIB={raw!r}: give a whole number of MiB, 0 or more "
+                         f"(default {ONE_PER_SM_MIB})")
+    return mib << 20
 
 
 def _env_count(name: str, default: int, what: str) -> int:

@@ -227,6 +227,26 @@ def test_choose_num_splits():
     assert ops.choose_num_splits(200, 1, 8) == 200 // ops.MIN_KEYS_PER_SPLIT
 
 
+
+def test_choose_num_splits_one_cta_per_sm_below_the_streaming_size(monkeypatch):
+    """Up to ONE_PER_SM_MIB of K/V a launch (at the bucket's longest context) the splits fill one
+    CTA per SM, past it two; FIXEDGRAPH_ATTN_ONE_PER_SM_MIB=0 is the old always-two policy."""
+    mib = ops.ONE_PER_SM_MIB << 20
+    per_key = 8 * 128 * 4  # Hkv 8, D 128: K and V in bf16
+    assert ops.choose_num_splits(2048, 1, 8) == 132 // 8 == 16
+    assert ops.choose_num_splits(mib // per_key, 1, 8) == 16  # exactly at the limit: one per SM
+    assert ops.choose_num_splits(mib // per_key + 16, 1, 8) == ops.MAX_SPLITS  # past it: two per SM
+    assert ops.choose_num_splits(8192, 1, 8) == ops.MAX_SPLITS
+    assert ops.choose_num_splits(8192, 1, 8, D=64) == 16  # half the bytes a key
+    assert ops.choose_num_splits(2048, 2, 8) == 132 // 16  # two rows of 2048 keys: 16 MiB, one per SM
+    assert ops.choose_num_splits(4096, 2, 8) == 2 * 132 // 16  # two rows of 4096 keys: 32 MiB, two per SM
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", "0")
+    assert ops.choose_num_splits(2048, 1, 8) == 32
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", "-1")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_ONE_PER_SM_MIB='-1'"):
+        ops.choose_num_splits(2048, 1, 8)
+
+
 # ---- fused QK-norm + RoPE + KV write + decode (paged_attention_decode_rope_d*) ----------------
 
 ROPE_CASES = sorted(n for n in CASES if n.startswith("attention_decode_rope_"))
