@@ -63,8 +63,8 @@ def check(name: str, prompt_len: int, seed: int, device: str, fp32: bool = False
     llm.close()
     ref = _last_logits(hf, prompt, device)
     top2 = np.argsort(ref)[-2:][::-1]
-    cos = float(ours @ ref / (np.linalg.norm(ours) * np.linalg.norm(ref)))
-    res = {"model": name, "prompt": prompt_len, "cosine": cos, "max_abs_diff": float(np.abs(ours - ref).max()),
+    vs = _against(ours, ref)
+    res = {"model": name, "prompt": prompt_len, "cosine": vs["cosine"], "max_abs_diff": vs["max_abs_diff"],
            "ref_std": float(ref.std()), "ours_argmax": int(ours.argmax()), "ref_argmax": int(top2[0]),
            "ref_top2_margin": float(ref[top2[0]] - ref[top2[1]]),
            "ours_at_ref_top2": [float(ours[top2[0]]), float(ours[top2[1]])]}

@@ -25,6 +25,7 @@ PREFILL_ROWS_PER_CTA = 128  # (token, query head) rows per CTA
 DECODE_TILE_KEYS = 64  # keys per K/V tile of the tensor-core decode body (D <= 128)
 DECODE_STAGES = 2  # K/V tiles in flight per CTA
 MAX_SPLITS = 32
+ONE_PER_SM_MIB = 24  # one CTA per SM up to this many MiB of K/V a launch (see choose_num_splits)
 MIN_KEYS_PER_SPLIT = 64  # one tile: at short contexts fewer splits beat more CTAs (A/B: 32, 64, 128, 256 keys)
 SCRATCH_O = "attn_split_o"  # [rows, Hq, num_splits, D] f32: per-split normalised outputs
 SCRATCH_ML = "attn_split_ml"  # [rows, Hq, num_splits, 2] f32: per-split (max score ln, sum exp)
@@ -86,33 +87,23 @@ def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132,
     return max(1, min(want, by_len, max_splits()))
 
 
-ONE_PER_SM_MIB = 24  # one CTA per SM up to this many MiB of K/V a launch (see choose_num_splits)
-
-
 def one_per_sm_bytes() -> int:
     """FIXEDGRAPH_ATTN_ONE_PER_SM_MIB (default ONE_PER_SM_MIB; 0: always two CTAs per SM, the
     policy before session 31): the largest K/V a decode launch reads, at its graph's longest
     context, that still plans one attention CTA per SM. An A/B knob."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", str(ONE_PER_SM_MIB))
-    try:
-        mib = int(raw)
-    except ValueError:
-        mib = -1
-    if mib < 0:
-        raise ValueError(f"FIXEDGRAPH_ATTN_ONE_PER_SM_MIB={raw!r}: give a whole number of MiB, 0 or more "
-                         f"(default {ONE_PER_SM_MIB})")
-    return mib << 20
+    return _env_count("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", ONE_PER_SM_MIB, "MiB", minimum=0) << 20
 
 
-def _env_count(name: str, default: int, what: str) -> int:
-    """A positive integer knob from the environment; anything else is refused, naming it."""
+def _env_count(name: str, default: int, what: str, minimum: int = 1) -> int:
+    """An integer knob of at least ``minimum`` from the environment; anything else is refused,
+    naming it."""
     raw = os.environ.get(name, str(default))
     try:
         n = int(raw)
     except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"{name}={raw!r}: give a positive number of {what} (default {default})")
+        n = minimum - 1
+    if n < minimum:
+        raise ValueError(f"{name}={raw!r}: give a whole number of {what}, {minimum} or more (default {default})")
     return n
 
 

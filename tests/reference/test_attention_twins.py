@@ -227,7 +227,6 @@ def test_choose_num_splits():
     assert ops.choose_num_splits(200, 1, 8) == 200 // ops.MIN_KEYS_PER_SPLIT
 
 
-
 def test_choose_num_splits_one_cta_per_sm_below_the_streaming_size(monkeypatch):
     """Up to ONE_PER_SM_MIB of K/V a launch (at the bucket's longest context) the splits fill one
     CTA per SM, past it two; FIXEDGRAPH_ATTN_ONE_PER_SM_MIB=0 is the old always-two policy."""
