@@ -36,3 +36,10 @@ def test_teacher_forced_logits_after_long_prompts(prompt_len, cuda, tmp_path, rn
     # checked eager runs of the same kernels): 8B's GQA ratio and head_dim, many prefill chunks,
     # decode at the large context buckets (many attention splits and their merge)
     check_teacher_forced("tiny-long", "cuda", tmp_path, rng, prompt_len=prompt_len, n_new=24, chunk=256)
+
+
+def test_teacher_forced_logits_at_one_attention_cta_per_sm(cuda, tmp_path, rng):
+    # 8 kv heads at ~3k keys: the last context bucket (3032 keys, 12 MiB of K/V a launch) plans
+    # one attention CTA per SM (16 splits, choose_num_splits), where 8B-class GQA models decode
+    # 2-6k-token contexts; against float32 transformers
+    check_teacher_forced("qwen3-0.6b", "cuda", tmp_path, rng, prompt_len=3000, n_new=24, chunk=256)
