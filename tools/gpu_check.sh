@@ -3,8 +3,9 @@
 # under compute-sanitizer memcheck, run the benchmarks. Logs and JSON go under $OUT; a short
 # table is printed last.
 #
-#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab long prefill host
-#                                            timeline ncu all (default all; long, prefill, host, timeline, ncu only when named)
+#   bash tools/gpu_check.sh [stage ...]     stages: build tests memcheck runtime kernels model ab long agree prefill
+#                                            host timeline ncu all (default all; long, agree, prefill, host, timeline,
+#                                            ncu only when named)
 #
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
@@ -144,6 +145,22 @@ if [[ " $stages " == *" long "* ]]; then
       --new ${LONG_NEW:-64} --peers ${LONG_PEERS:-torch_graph} --profile-dir "$OUT/prof_long$p" \
       --json "$OUT/bench_long$p.json" > "$OUT/bench_long$p.log" 2>&1
     note "bench long $p rc=$?: $(bench_line "$OUT/bench_long$p.json")"
+  done
+fi
+if [[ " $stages " == *" agree "* ]]; then
+  # logits after a long prompt against transformers in bf16 and float32 (only when named):
+  # tools/long_agree_check.py --fp32 per model in AGREE_MODELS at AGREE_PROMPT tokens
+  for m in ${AGREE_MODELS:-qwen3-0.6b qwen3-8b}; do
+    timeout ${AGREE_TIMEOUT:-200} python3 tools/long_agree_check.py --models "$m" --prompt ${AGREE_PROMPT:-32768} --fp32 \
+      > "$OUT/agree_$m.log" 2>&1
+    rc=$?
+    line=$(grep '^{' "$OUT/agree_$m.log" | tail -1)
+    if [ -n "$line" ]; then
+      line=$(echo "$line" | python3 -c "import json,sys; f=json.loads(sys.stdin.read())['fp32']; print(f\"float32 argmax {f['argmax']} (top-2 margin {f['top2_margin']:.3f}); ours {f['ours']['argmax']} rms {f['ours']['rms_diff']:.3f}; transformers-bf16 {f['transformers_bf16']['argmax']} rms {f['transformers_bf16']['rms_diff']:.3f}\")")
+    else
+      line=$(tail -1 "$OUT/agree_$m.log")
+    fi
+    note "agree $m rc=$rc: $line"
   done
 fi
 if [[ " $stages " == *" prefill "* ]]; then
