@@ -51,6 +51,26 @@ def default_prefill_chunk(kind: str, max_len: int, env: str | None = None) -> in
     return min(chunk, max(16, 1 << max(0, int(max_len) - 1).bit_length()))
 
 
+def ctx_buckets_from(arg, env: str | None) -> tuple[int, ...] | None:
+    """The decode context buckets an engine builds graphs for: ``arg`` (a sequence of key
+    counts, or a string "128,512,2048"), else the environment's FIXEDGRAPH_CTX_BUCKETS, else None
+    (``Sizes``'s default). Each bucket is a set of decode graphs (more buckets: more graphs to
+    instantiate at boot; fewer: the attention's split count fits fewer contexts); buckets at or
+    past the context are dropped and the context itself is always the last."""
+    raw = arg if arg is not None else env
+    if raw is None or raw == "":
+        return None
+    parts = [p for p in raw.replace(" ", "").split(",") if p] if isinstance(raw, str) else list(raw)
+    try:
+        vals = [int(p) for p in parts]
+    except (TypeError, ValueError):
+        vals = []
+    if not vals or any(v < 1 for v in vals) or vals != sorted(set(vals)):
+        raise ValueError(f"ctx_buckets={raw!r}: give ascending, distinct positive key counts, e.g. "
+                         f"'128,512,2048,4096,8192' (FIXEDGRAPH_CTX_BUCKETS takes the same)")
+    return tuple(vals)
+
+
 def _buckets(chunk: int) -> tuple[int, ...]:
     out, b = [], 16
     while b < chunk:
@@ -76,6 +96,9 @@ class LLM:
     launch cost is paid once per group and the steps inside it overlap through PDL; a request's
     last steps go one at a time, and tokens still arrive one per step. 1 keeps one graph per step
     (half the graphs to instantiate at boot).
+    ``ctx_buckets``: the decode graphs' context buckets in keys (default
+    ``FIXEDGRAPH_CTX_BUCKETS``, else 128, 512, 2048, 4096, 8192; the context is always the last):
+    each fixes the attention's split count for the contexts up to it (``ctx_buckets_from``).
     ``weights``: instead of a path, a ``(WeightSource, ModelConfig)`` pair (prompts are then
     token ids).
     """
@@ -83,13 +106,15 @@ class LLM:
     def __init__(self, model: str | Path | None = None, *, weights=None, backend: str | None = None,
                  max_model_len: int | None = None, block_size: int = 16, num_blocks: int | None = None,
                  prefill_chunk: int | None = None, lookahead: int = LOOKAHEAD, progress: bool | None = None,
-                 seed: int | None = None, cpu_affinity: str | None = None, decode_group: int | None = None) -> None:
+                 seed: int | None = None, cpu_affinity: str | None = None, decode_group: int | None = None,
+                 ctx_buckets: Sequence[int] | str | None = None) -> None:
         t0 = time.perf_counter()
         if int(lookahead) < 1:
             raise ValueError(f"lookahead must be at least 1 (decode steps queued ahead of the GPU), got {lookahead}")
         group = int(decode_group if decode_group is not None else os.environ.get("FIXEDGRAPH_DECODE_GROUP", "4"))
         if group < 1:
             raise ValueError(f"decode_group must be at least 1 (decode steps per graph launch), got {group}")
+        buckets = ctx_buckets_from(ctx_buckets, os.environ.get("FIXEDGRAPH_CTX_BUCKETS"))
         if weights is not None:  # (WeightSource, ModelConfig) built by the caller; ids-only prompts
             source, cfg = weights
             validate(source, cfg)
@@ -119,7 +144,8 @@ class LLM:
             sizes = Sizes(widths=(1,), chunk_buckets=_buckets(prefill_chunk), block_size=block_size,
                           num_blocks=num_blocks or max_blocks + 1, max_model_len=max_len,
                           ring_len=max(16, 2 * (lookahead + group) + 2),
-                          staging_slots=max(6, lookahead + group + 2))
+                          staging_slots=max(6, lookahead + group + 2),
+                          **({"ctx_buckets": buckets} if buckets else {}))
             self.config = cfg
             self.model = DenseDecoder(cfg, sizes)
             self.plan = self.model.plan()

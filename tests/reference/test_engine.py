@@ -263,6 +263,35 @@ def test_decode_group_program_and_limits(tiny):
         LLM(weights=(None, None), backend="reference", decode_group=0)
 
 
+def test_ctx_buckets_argument_and_knob(rng, monkeypatch):
+    from fixedgraph.engine import ctx_buckets_from
+    from fixedgraph.models.config import ModelConfig
+    from fixedgraph.testing.checkpoints import random_model
+    from fixedgraph.weights.state_dict_source import StateDictSource
+
+    assert ctx_buckets_from(None, None) is None and ctx_buckets_from(None, "") is None
+    assert ctx_buckets_from("128, 1024", None) == (128, 1024)
+    assert ctx_buckets_from(None, "256,512") == (256, 512)
+    assert ctx_buckets_from([64], "256") == (64,)  # the argument wins over the environment
+    for bad in ("512,128", "0,128", "x", [128, 128]):
+        with pytest.raises(ValueError, match="ascending, distinct positive key counts"):
+            ctx_buckets_from(bad, None)
+    with pytest.raises(ValueError, match="ctx_buckets='2048,512'"):
+        LLM(weights=(None, None), backend="reference", ctx_buckets="2048,512")
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    hf = random_model("tiny-llama", 11, dtype="bfloat16")
+    cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
+    monkeypatch.setenv("FIXEDGRAPH_CTX_BUCKETS", "32,200")
+    llm = LLM(weights=(StateDictSource(hf.state_dict()), cfg), backend="reference", max_model_len=96,
+              prefill_chunk=32, progress=False)
+    assert llm.model.ctx_buckets == (32, 96)  # 200 is past the context, which is always last
+    out = llm.generate([rng.integers(0, 1000, size=30).tolist()],
+                       SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))[0].token_ids
+    assert len(out) == 6  # decodes across the 32-key bucket's edge
+    llm.close()
+
+
 def test_decode_step_opens_with_the_fused_stage(tiny, monkeypatch):
     from fixedgraph.models import dense
 
