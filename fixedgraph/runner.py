@@ -16,6 +16,7 @@ import os
 import statistics
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -125,12 +126,12 @@ class Runner:
             {"positions": layout.offset("positions"), "slot": layout.offset("slot"),
              "seq_len": layout.offset("seq_len"), "step": layout.offset("step"),
              "counter": layout.offset("sample") + 4 * sample_ops.STEP_WORD},
-            self.ring_i32[: s.ring_len], s.block_size, s.max_blocks)
+            self.ring_i32[: s.ring_len], s.block_size, s.max_blocks, _SENTINEL)
         self._waiter = RingWaiter(self.ring_i32)  # _wait_token's spin, in C without the GIL
         # Held while a generation (or a teacher-forced pass) runs: the runner decodes one sequence
         # at a time through its staging slots and token ring, and a second one interleaved with
         # it (two streams iterated in turn, or two threads) would overwrite the first one's
-        # metadata and tokens. See _claim.
+        # metadata and tokens. See _claimed.
         self._busy = threading.Lock()
         # Profiling hook: called as hook(step, False) just before a decode step's graph is
         # enqueued and hook(step, True) just after (the profiler records CUDA events there, to
@@ -164,14 +165,17 @@ class Runner:
         n = min(self.host_steps, HOST_STEP_HISTORY)
         if n == 0:
             return {}
-        xs = sorted(self.host_step_hist[i] * 1e6 for i in range(n))
-        ls = sorted(self.host_launch_hist[i] * 1e6 for i in range(n))
-        cs = sorted(self.host_cpu_hist[i] * 1e6 for i in range(n))
+
+        def med_p90(hist) -> tuple[float, float]:
+            us = sorted(hist[i] * 1e6 for i in range(n))
+            return statistics.median(us), us[min(n - 1, int(0.9 * n))]
+
+        (med, p90), (l_med, l_p90), (c_med, c_p90) = map(med_p90, (self.host_step_hist, self.host_launch_hist,
+                                                                 self.host_cpu_hist))
         return {"steps": self.host_steps, "mean_us": self.host_step_s / self.host_steps * 1e6,
-                "median_us": statistics.median(xs), "p90_us": xs[min(n - 1, int(0.9 * n))], "max_us": xs[-1],
-                "launch_median_us": statistics.median(ls), "launch_p90_us": ls[min(n - 1, int(0.9 * n))],
-                "cpu_mean_us": self.host_cpu_s / self.host_steps * 1e6, "cpu_median_us": statistics.median(cs),
-                "cpu_p90_us": cs[min(n - 1, int(0.9 * n))]}
+                "median_us": med, "p90_us": p90, "max_us": max(self.host_step_hist[:n]) * 1e6,
+                "launch_median_us": l_med, "launch_p90_us": l_p90,
+                "cpu_mean_us": self.host_cpu_s / self.host_steps * 1e6, "cpu_median_us": c_med, "cpu_p90_us": c_p90}
 
     def _build_graphs(self) -> Graphs:
         host = {STAGING: self.staging, RING: self.ring}
@@ -264,13 +268,18 @@ class Runner:
 
     # ---- a sequence --------------------------------------------------------------------------
 
-    def _claim(self, what: str) -> None:
-        """Take the runner for one generation, or raise EngineBusy when another holds it."""
+    @contextmanager
+    def _claimed(self, what: str):
+        """The runner held for one generation; EngineBusy when another holds it."""
         if not self._busy.acquire(blocking=False):
             raise EngineBusy(
                 f"{what}: another generation is still running on this engine, which decodes one "
                 "sequence at a time; iterate the earlier stream to its end or close() it first "
                 "(LLM.generate takes several prompts and runs them in turn)")
+        try:
+            yield
+        finally:
+            self._busy.release()
 
     def check_prompt(self, num_tokens: int) -> None:
         limit = self.model.sizes.max_model_len
@@ -285,11 +294,8 @@ class Runner:
         """Yield generated token ids as the GPU publishes them. The caller stops iterating when
         the request finishes; steps already queued past that point are discarded. One at a time:
         a second generation started before this one ends raises EngineBusy."""
-        self._claim("cannot start a generation")
-        try:
+        with self._claimed("cannot start a generation"):
             yield from self._generate(prompt, params, seed, max_new_tokens)
-        finally:
-            self._busy.release()
 
     def _generate(self, prompt: list[int], params: SamplingParams, seed: int,
                   max_new_tokens: int | None) -> Iterator[int]:
@@ -427,11 +433,8 @@ class Runner:
         """Logits after the prompt and after each later token of ``tokens`` fed in as the input
         (not the sampled token): ``[len(tokens) - prompt_len + 1, vocab]`` f32. With ``eager``
         the decode steps run the bound program launch by launch instead of the graph."""
-        self._claim("cannot run a teacher-forced pass")
-        try:
+        with self._claimed("cannot run a teacher-forced pass"):
             return self._teacher_forced_logits(tokens, prompt_len, eager)
-        finally:
-            self._busy.release()
 
     def _teacher_forced_logits(self, tokens: list[int], prompt_len: int, eager: bool) -> np.ndarray:
         m, s = self.model, self.model.sizes

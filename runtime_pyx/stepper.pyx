@@ -52,7 +52,8 @@ cdef class DecodeStager:
 
     ``offsets``: byte offsets within a slot of ``positions`` (u32), ``slot`` (i64), ``seq_len``
     (i32), ``step`` (u32) and ``counter`` (u32: the sampling row's RNG counter word). The block
-    table of the current sequence is the stager's own (``set_table``, ``append_block``)."""
+    table of the current sequence is the stager's own (``set_table``, ``append_block``).
+    ``pending``: the value a ring entry holds until the GPU publishes its token."""
 
     cdef unsigned char[::1] _blob
     cdef int32_t[::1] _ring
@@ -60,10 +61,11 @@ cdef class DecodeStager:
     cdef Py_ssize_t slot_bytes, num_slots, ring_len, max_blocks
     cdef Py_ssize_t off_pos, off_slot, off_seq_len, off_step, off_ctr
     cdef int64_t block_size
+    cdef int32_t pending
     cdef readonly Py_ssize_t table_len
 
     def __init__(self, staging, Py_ssize_t slot_bytes, Py_ssize_t num_slots, dict offsets, ring,
-                 int64_t block_size, Py_ssize_t max_blocks):
+                 int64_t block_size, Py_ssize_t max_blocks, int32_t pending=-1):
         self._blob = staging
         self._ring = ring
         if slot_bytes < 1 or num_slots < 1 or num_slots * slot_bytes > self._blob.shape[0]:
@@ -87,6 +89,7 @@ cdef class DecodeStager:
         self.slot_bytes, self.num_slots = slot_bytes, num_slots
         self.ring_len = self._ring.shape[0]
         self.block_size, self.max_blocks = block_size, max_blocks
+        self.pending = pending
         self._table = memoryview(bytearray(4 * max_blocks)).cast("i")
         self.table_len = 0
 
@@ -109,7 +112,7 @@ cdef class DecodeStager:
     cpdef stage(self, int64_t passes, int64_t first, int k, int64_t n, bint sampling):
         """Steps ``first`` .. ``first + k - 1`` of a sequence whose prompt has ``n`` tokens (step
         s decodes position n + s - 1), into the slots of passes ``passes`` .. ``passes + k - 1``;
-        each step's ring entry (step % ring length) set to -1 (pending). Nothing is written when
+        each step's ring entry (step % ring length) set to ``pending``. Nothing is written when
         the table lacks a step's block."""
         cdef int64_t last = n + first + k - 2
         if k < 1 or first < 1 or n < 1 or passes < 0:
@@ -134,7 +137,7 @@ cdef class DecodeStager:
                 _put32(slot + self.off_step, <uint32_t>step)
                 if sampling:
                     _put32(slot + self.off_ctr, <uint32_t>step)
-                ring[step % self.ring_len] = -1
+                ring[step % self.ring_len] = self.pending
 
 
 cdef class StepHistory:
