@@ -97,7 +97,7 @@ class LLM:
     last steps go one at a time, and tokens still arrive one per step. 1 keeps one graph per step
     (half the graphs to instantiate at boot).
     ``ctx_buckets``: the decode graphs' context buckets in keys (default
-    ``FIXEDGRAPH_CTX_BUCKETS``, else 128, 512, 2048, 4096, 8192; the context is always the last):
+    ``FIXEDGRAPH_CTX_BUCKETS``, else 128, 512, 2048, 4096, 6144, 8192; the context is always the last):
     each fixes the attention's split count for the contexts up to it (``ctx_buckets_from``).
     ``weights``: instead of a path, a ``(WeightSource, ModelConfig)`` pair (prompts are then
     token ids).

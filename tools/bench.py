@@ -76,12 +76,16 @@ def _threads() -> int:
 
 def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: int,
                 profile_dir: str | None = None, peer_names: tuple[str, ...] = PEERS,
-                lookaheads: tuple[int, ...] = (), prefill_chunk: int | None = None) -> dict:
+                lookaheads: tuple[int, ...] = (), prefill_chunk: int | None = None,
+                context: int | None = None) -> dict:
     hf = random_model(name, seed, device="cuda", dtype="bfloat16")
     cfg = ModelConfig.from_hf_dict(hf.config.to_dict())
     t0 = time.perf_counter()
+    # The engine's context: just past the run's tokens unless --context asks for more (the decode
+    # then runs in the context bucket a deployment with that context would use).
+    max_model_len = max(prompt_len + n_new + 16, context or 0)
     llm = LLM(weights=(StateDictSource(hf.state_dict(), name), cfg), backend="cuda",
-              max_model_len=prompt_len + n_new + 16, prefill_chunk=prefill_chunk, progress=False)
+              max_model_len=max_model_len, prefill_chunk=prefill_chunk, progress=False)
     boot_s = time.perf_counter() - t0
     prompt = np.random.default_rng(seed).integers(0, cfg.vocab_size, size=prompt_len).tolist()
     params = SamplingParams(temperature=0, max_tokens=n_new, ignore_eos=True)
@@ -103,7 +107,7 @@ def bench_model(name: str, prompt_len: int, n_new: int, copy_gbps: float, seed: 
     host = llm.runner.host_step_stats()
     replay_ms = graph_replay_ms(llm)
     res = {
-        "model": name, "weight_GB": weight_bytes / 1e9, "boot_s": boot_s,
+        "model": name, "weight_GB": weight_bytes / 1e9, "boot_s": boot_s, "max_model_len": max_model_len,
         "fixedgraph_ms_per_token": m.tpot_s * 1e3, "fixedgraph_tok_per_s": m.tokens_per_s,
         "fixedgraph_ttft_ms": m.ttft_s * 1e3, "prefill_chunk": llm.prefill_chunk, "graph_replay_gpu_ms": replay_ms,
         "floor_ms": floor_ms, "fraction_of_floor": floor_ms / (m.tpot_s * 1e3),  # weights only
@@ -209,6 +213,9 @@ def main() -> int:
     ap.add_argument("--lookahead-sweep", default="",
                     help="comma-separated decode lookaheads to re-run the generation with (host time vs queue depth)")
     ap.add_argument("--prefill-chunk", type=int, help="tokens per prefill pass (default: the engine's)")
+    ap.add_argument("--context", type=int,
+                    help="the engine's context (max_model_len) when larger than prompt + new + 16: the "
+                         "decode then runs in that deployment's context bucket, not one fitted to the run")
     ap.add_argument("--profile-dir", help="also profile each model's decode step; write JSON + traces here")
     args = ap.parse_args()
     commit = os.environ.get("FIXEDGRAPH_COMMIT") or subprocess.run(
@@ -219,7 +226,8 @@ def main() -> int:
     for name in args.models.split(","):
         res = bench_model(name, args.prompt, args.new, copy_gbps, args.seed, args.profile_dir,
                           tuple(p for p in args.peers.split(",") if p),
-                          tuple(int(k) for k in args.lookahead_sweep.split(",") if k), args.prefill_chunk)
+                          tuple(int(k) for k in args.lookahead_sweep.split(",") if k), args.prefill_chunk,
+                          args.context)
         results["models"].append(res)
         print(json.dumps(res, indent=1), flush=True)
     print(f"\ncopy bandwidth {copy_gbps:.0f} GB/s   prompt {args.prompt}   new {args.new}   TTFT ms: "
