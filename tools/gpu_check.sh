@@ -55,6 +55,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 site=${PYTHONPATH#$PWD:}  # the path an .ab side runs with after its own tree
+# spec_vars "VAR=VAL[,VAR=VAL...]": the array vars, one VAR=VAL each; a comma starts the next
+# variable only where "NAME=" follows it, so a value may hold commas (FIXEDGRAPH_CTX_BUCKETS=128,512)
+spec_vars() { mapfile -t vars < <(sed -E 's/,([A-Za-z_][A-Za-z0-9_]*=)/\n\1/g' <<< "$1"); }
 # build_side DIR: the Cython extension of an .ab tree, built once per call (log: build_NAME.log)
 build_side() {
   [ -f "$OUT/build_${1##*/}.log" ] && ls "$1"/fixedgraph/_driver*.so >/dev/null 2>&1 && return 0
@@ -105,6 +108,7 @@ if want ab && { ls -d .ab/*/ >/dev/null 2>&1 || [ -n "${AB_ENVS:-}" ]; }; then
     else tail -20 "$OUT/build_${d##*/}.log"; echo "BUILD FAILED: $d"; fi
   done
   # AB_ENVS="NAME:VAR=VAL[,VAR=VAL...] ...": sides that are this tree run with those variables
+  # (a value may hold commas: the next variable starts at ",NAME=")
   # (knob A/Bs without a tree copy each)
   for spec in ${AB_ENVS:-}; do sides+=("env:$spec"); done
   sides+=(.)
@@ -112,7 +116,7 @@ if want ab && { ls -d .ab/*/ >/dev/null 2>&1 || [ -n "${AB_ENVS:-}" ]; }; then
     for d in "${sides[@]}"; do
       vars=()
       if [[ $d == env:* ]]; then
-        spec=${d#env:}; name=${spec%%:*}; IFS=, read -ra vars <<< "${spec#*:}"; d=.
+        spec=${d#env:}; name=${spec%%:*}; spec_vars "${spec#*:}"; d=.
       else
         name=${d##*/}; [ "$d" = . ] && name=cand
       fi
@@ -237,7 +241,7 @@ if [[ " $stages " == *" timeline "* ]]; then
   # TIMELINE_ENVS="NAME:VAR=VAL[,VAR=VAL...] ...": the same timeline again under those variables
   # (into timeline_NAME/), e.g. a knob's effect on where the CTAs land
   for spec in ${TIMELINE_ENVS:-}; do
-    name=${spec%%:*}; IFS=, read -ra vars <<< "${spec#*:}"
+    name=${spec%%:*}; spec_vars "${spec#*:}"
     env "${vars[@]}" timeout ${TIMELINE_TIMEOUT:-300} python3 tools/timeline.py --models ${TIMELINE_MODELS:-qwen3-0.6b,qwen3-8b} \
       --context ${TIMELINE_CONTEXT:-128} --out "$OUT/timeline_$name" "${light[@]}" > "$OUT/timeline_$name.log" 2>&1
     note "timeline $name (${vars[*]}) rc=$?"
