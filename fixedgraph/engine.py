@@ -145,6 +145,10 @@ class LLM:
                           num_blocks=num_blocks or max_blocks + 1, max_model_len=max_len,
                           ring_len=max(16, 2 * (lookahead + group) + 2),
                           staging_slots=max(6, lookahead + group + 2),
+                          # the attention's split plans fill this GPU's SMs (the reference
+                          # backend keeps the H200's 132, so its programs match a GPU's)
+                          **({"num_sms": int(self.device.properties()["sm_count"])}
+                             if self.device.kind == "cuda" else {}),
                           **({"ctx_buckets": buckets} if buckets else {}))
             self.config = cfg
             self.model = DenseDecoder(cfg, sizes)

@@ -38,15 +38,16 @@ class Sizes:
     ring_len: int  # steps the mapped token ring holds
     staging_slots: int = 6  # metadata slots in pinned staging (passes in flight + 2)
     # Decode graphs per context bucket. 6144: with 8 kv heads of 128 its 24 MiB of K/V a launch
-    # is the most that plans one attention CTA per SM (ops.attention.choose_num_splits), which
-    # measured 5.9% faster a token than two per SM at ~6k keys on Qwen3-0.6B (session 32).
+    # is the most that plans one attention CTA per SM on 132 SMs (ops.attention.choose_num_splits);
+    # at 5k keys it ran Qwen3-0.6B 6.1% a token faster than the 8192 bucket's two per SM (session 32).
     ctx_buckets: tuple[int, ...] = (128, 512, 2048, 4096, 6144, 8192)
+    num_sms: int = 132  # the GPU's SMs (the engine sets the device's): the attention's split plans
 
     def __post_init__(self) -> None:
         assert self.widths and list(self.widths) == sorted(set(self.widths)) and self.widths[0] >= 1
         assert self.chunk_buckets and list(self.chunk_buckets) == sorted(set(self.chunk_buckets))
         assert self.block_size >= 1 and self.num_blocks >= 2 and self.ring_len >= 2
-        assert self.max_model_len >= 1
+        assert self.max_model_len >= 1 and self.num_sms >= 1
 
     @property
     def max_rows(self) -> int:
@@ -189,7 +190,7 @@ class DenseDecoder:
                                 self.Hkv, self.D, c.rms_norm_eps, label=f"{L}qk_norm_rope_kv")
 
     def _num_splits(self, width: int, ctx: int) -> int:
-        return 1 if ctx <= 128 else attention.choose_num_splits(ctx, width, self.Hkv, D=self.D)
+        return 1 if ctx <= 128 else attention.choose_num_splits(ctx, width, self.Hkv, self.sizes.num_sms, self.D)
 
     def ctx_bucket(self, num_keys: int) -> int:
         """The smallest context bucket holding ``num_keys`` keys (the decode graph to launch)."""

@@ -25,7 +25,8 @@ PREFILL_ROWS_PER_CTA = 128  # (token, query head) rows per CTA
 DECODE_TILE_KEYS = 64  # keys per K/V tile of the tensor-core decode body (D <= 128)
 DECODE_STAGES = 2  # K/V tiles in flight per CTA
 MAX_SPLITS = 32
-ONE_PER_SM_MIB = 24  # one CTA per SM up to this many MiB of K/V a launch (see choose_num_splits)
+ONE_PER_SM_MIB = 24  # one CTA per SM up to this many MiB of K/V a launch on 132 SMs (choose_num_splits)
+ONE_PER_SM_REF_SMS = 132  # the SM count ONE_PER_SM_MIB was measured on (H200); it scales with SMs
 MIN_KEYS_PER_SPLIT = 64  # one tile: at short contexts fewer splits beat more CTAs (A/B: 32, 64, 128, 256 keys)
 SCRATCH_O = "attn_split_o"  # [rows, Hq, num_splits, D] f32: per-split normalised outputs
 SCRATCH_ML = "attn_split_ml"  # [rows, Hq, num_splits, 2] f32: per-split (max score ln, sum exp)
@@ -72,16 +73,19 @@ def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132,
     round_up(ceil(n / S), block_size) keys, so short contexts use fewer, shorter splits and the
     rest exit after one load (no scratch, no counter). Never more than ``max_seq_len //
     min_keys_per_split()`` splits. CTAs: one per SM while the launch's K/V (bf16, at the longest
-    context) is at most ``one_per_sm_bytes()``, two per SM (the kernel's occupancy) past it: a
+    context) is at most ``one_per_sm_bytes()`` (per ONE_PER_SM_REF_SMS SMs: the limit is what
+    each SM streams, so it scales with ``num_sms``), two per SM (the kernel's occupancy) past it: a
     second CTA's tiles in flight pay only once streaming the keys dominates the launch. Below
     that, the CTAs a second wave adds cost more beside the GEMVs before and after the attention
     than they stream (session 31, Qwen3-0.6B, FIXEDGRAPH_ATTN_MAX_SPLITS=16 against 32: 2112-key
-    bucket -11.7% a token, 4160 -7.7%; 8256 +5.2%, 16448 +23%).
+    bucket -11.7% a token, 4160 -7.7%; 8256 +5.2%, 16448 +23%; session 32: 6080 -5.9%, 7080
+    -0.2%, 7680 +4.2%). ``num_sms``: the GPU's (``Sizes.num_sms``; the H200's 132 by default).
     """
-    if max_seq_len < 1 or rows < 1 or Hkv < 1 or D < 1:
-        raise ValueError(f"choose_num_splits: max_seq_len={max_seq_len}, rows={rows}, Hkv={Hkv}, D={D}")
+    if max_seq_len < 1 or rows < 1 or Hkv < 1 or D < 1 or num_sms < 1:
+        raise ValueError(f"choose_num_splits: max_seq_len={max_seq_len}, rows={rows}, Hkv={Hkv}, D={D}, "
+                         f"num_sms={num_sms}")
     kv_bytes = rows * max_seq_len * Hkv * D * 2 * 2  # K and V, bf16
-    per_sm = 1 if kv_bytes <= one_per_sm_bytes() else 2
+    per_sm = 1 if kv_bytes <= one_per_sm_bytes() * num_sms // ONE_PER_SM_REF_SMS else 2
     want = per_sm * num_sms // (rows * Hkv)  # CTAs per (row, kv head) that still fit in one wave
     by_len = max_seq_len // min_keys_per_split()
     return max(1, min(want, by_len, max_splits()))

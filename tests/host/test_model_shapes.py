@@ -38,3 +38,15 @@ def test_programs_build_with_valid_launches(name):
             assert 32 <= threads <= 1024 and threads % 32 == 0, (name, op.label, op.block)
             assert op.grid[0] >= 1 and 1 <= op.grid[1] <= 65535 and 1 <= op.grid[2] <= 65535, (name, op.label, op.grid)
             assert 0 <= op.shared <= gemv.SMEM_PER_BLOCK, (name, op.label, op.shared)
+
+
+def test_attention_splits_follow_the_gpus_sm_count():
+    """Sizes.num_sms (the engine sets the device's) reaches the attention's split plans: one CTA
+    per SM of *this* GPU in a bucket under the streaming limit, two per SM past it."""
+    cfg = ModelConfig.from_hf_dict(hf_config("qwen3-0.6b").to_dict())  # 8 kv heads
+    common = dict(widths=(1,), chunk_buckets=(16,), block_size=16, num_blocks=8193, max_model_len=16384, ring_len=16)
+    h200 = DenseDecoder(cfg, Sizes(**common))
+    small = DenseDecoder(cfg, Sizes(**common, num_sms=78))
+    assert h200.splits[(1, 2048)] == 132 // 8 and small.splits[(1, 2048)] == 78 // 8
+    assert h200.splits[(1, 16384)] == 32 and small.splits[(1, 16384)] == 2 * 78 // 8
+    assert small.splits[(1, 6144)] == 2 * 78 // 8  # 24 MiB is past 78/132 of the limit

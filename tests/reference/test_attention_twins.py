@@ -239,6 +239,12 @@ def test_choose_num_splits_one_cta_per_sm_below_the_streaming_size(monkeypatch):
     assert ops.choose_num_splits(8192, 1, 8, D=64) == 16  # half the bytes a key
     assert ops.choose_num_splits(2048, 2, 8) == 132 // 16  # two rows of 2048 keys: 16 MiB, one per SM
     assert ops.choose_num_splits(4096, 2, 8) == 2 * 132 // 16  # two rows of 4096 keys: 32 MiB, two per SM
+    # another GPU's SMs: one (or two) CTAs on each of its SMs, and the limit is per SM
+    assert ops.choose_num_splits(2048, 1, 8, num_sms=114) == 114 // 8 == 14
+    assert ops.choose_num_splits(mib // per_key, 1, 8, num_sms=114) == 2 * 114 // 8  # past 114/132 of it
+    assert ops.choose_num_splits(mib // per_key * 114 // 132, 1, 8, num_sms=114) == 14
+    with pytest.raises(ValueError, match="num_sms=0"):
+        ops.choose_num_splits(2048, 1, 8, num_sms=0)
     monkeypatch.setenv("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", "0")
     assert ops.choose_num_splits(2048, 1, 8) == 32
     monkeypatch.setenv("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", "-1")
