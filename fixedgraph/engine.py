@@ -129,9 +129,10 @@ class LLM:
         try:
             self.tokenizer = None if weights is not None else self._tokenizer(self.model_path)
             self.device = get_device(backend)
+            props = self.device.properties()
             self.host_cpus = hostcpu.bind_thread(
                 cpu_affinity if cpu_affinity is not None else os.environ.get("FIXEDGRAPH_CPU_AFFINITY", "off"),
-                self.device.properties().get("pci_bus_id"))
+                props.get("pci_bus_id"))
             default_len = 4096 if self.device.kind == "cuda" else 1024
             max_len = min(cfg.max_position_embeddings, max_model_len or default_len)
             if prefill_chunk is None:
@@ -147,7 +148,7 @@ class LLM:
                           staging_slots=max(6, lookahead + group + 2),
                           # the attention's split plans fill this GPU's SMs (the reference
                           # backend keeps the H200's 132, so its programs match a GPU's)
-                          **({"num_sms": int(self.device.properties()["sm_count"])}
+                          **({"num_sms": int(props["sm_count"])}
                              if self.device.kind == "cuda" else {}),
                           **({"ctx_buckets": buckets} if buckets else {}))
             self.config = cfg

@@ -230,6 +230,11 @@ def decode_rope_entry(D: int, num_splits: int) -> str:
     return f"paged_attention_decode_rope_d{D}"
 
 
+# Every entry decode_rope_entry can return: fixedgraph.pdl checks their pre-wait reads.
+DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
+                                 "paged_attention_decode_rope_long_d128"})
+
+
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,
                       num_splits: int, label: str = "attention_combine") -> int:
     """Legacy: merge S split partials into out. ``attention_decode`` no longer needs it.
