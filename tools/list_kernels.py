@@ -10,6 +10,7 @@ import argparse
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
 from pathlib import Path
 
@@ -29,8 +30,13 @@ def launchers() -> dict[str, str]:
             if fn.__module__ != mod.__name__ or not fn.__doc__ or name.startswith("_"):
                 continue
             src = inspect.getsource(fn)
+            # f-strings that build entry names (a literal head of 8+ characters; each {...} any
+            # name characters), e.g. f"paged_attention_decode_rope{st}_d{D}"
+            patterns = [re.compile(re.sub(r"\\{[^}]*\\}", "[a-z0-9_]*", re.escape(body)) + "$")
+                        for body in re.findall(r'f"([a-z_0-9]{8,}[^"]*)"', src)]
             for entry in entry_index():
-                if f'"{entry}"' in src or f"'{entry}'" in src:
+                if (f'"{entry}"' in src or f"'{entry}'" in src
+                        or any(p.match(entry) for p in patterns)):
                     found.setdefault(entry, f"ops.{info.name}.{name}: {fn.__doc__.strip().splitlines()[0]}")
     return found
 
