@@ -102,27 +102,27 @@ def choose_stages(max_seq_len: int, num_splits: int, rows: int, Hkv: int, num_sm
                   D: int = 128) -> int:
     """K/V tiles in flight per CTA for a decode graph planned by ``choose_num_splits``.
 
-    ``attn_stages()`` (FIXEDGRAPH_ATTN_STAGES; default DECODE_STAGES) where the deep entries can
-    help: D = 128, one CTA per SM (a second CTA already keeps tiles in flight, and two deep CTAs
-    would not fit an SM's shared memory), and splits of more than DECODE_STAGES tiles at the
-    longest context (shorter splits load every tile up front anyway). Else DECODE_STAGES.
+    Where the deep entries can help (D = 128, splits of more than DECODE_STAGES tiles at the
+    longest context; shorter splits load every tile up front anyway): ``attn_stages()``
+    (FIXEDGRAPH_ATTN_STAGES) for launches planned at one CTA per SM, ``attn_stages(two=True)``
+    (FIXEDGRAPH_ATTN_STAGES_TWO; at most 3, two 4-stage CTAs exceed an SM's shared memory) at
+    two. Else, and by default, DECODE_STAGES.
     """
-    stages = attn_stages()
-    if (stages == DECODE_STAGES or D != 128 or num_splits < 1
-            or _ctas_per_sm(max_seq_len, rows, Hkv, num_sms, D) != 1
-            or -(-max_seq_len // num_splits) <= DECODE_STAGES * DECODE_TILE_KEYS):
+    if D != 128 or num_splits < 1 or -(-max_seq_len // num_splits) <= DECODE_STAGES * DECODE_TILE_KEYS:
         return DECODE_STAGES
-    return stages
+    return attn_stages(two=_ctas_per_sm(max_seq_len, rows, Hkv, num_sms, D) == 2)
 
 
-def attn_stages() -> int:
-    """FIXEDGRAPH_ATTN_STAGES: DECODE_STAGES (the default) or one of DEEP_STAGES, the K/V tiles
-    in flight of one-CTA-per-SM d128 decode launches (``choose_stages``). An A/B knob; anything
-    else is refused, naming it."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_STAGES", str(DECODE_STAGES))
-    allowed = (DECODE_STAGES, *DEEP_STAGES)
+def attn_stages(two: bool = False) -> int:
+    """FIXEDGRAPH_ATTN_STAGES (``two``: FIXEDGRAPH_ATTN_STAGES_TWO): DECODE_STAGES (the default)
+    or one of DEEP_STAGES (``two``: 3 at most), the K/V tiles in flight of d128 decode launches
+    planned at one (two) CTAs per SM (``choose_stages``). A/B knobs; anything else is refused,
+    naming the variable."""
+    name = "FIXEDGRAPH_ATTN_STAGES_TWO" if two else "FIXEDGRAPH_ATTN_STAGES"
+    raw = os.environ.get(name, str(DECODE_STAGES))
+    allowed = (DECODE_STAGES, *(n for n in DEEP_STAGES if not two or n <= 3))
     if raw.strip() not in {str(n) for n in allowed}:
-        raise ValueError(f"FIXEDGRAPH_ATTN_STAGES={raw!r}: give one of {', '.join(map(str, allowed))} "
+        raise ValueError(f"{name}={raw!r}: give one of {', '.join(map(str, allowed))} "
                          f"(K/V tiles in flight; default {DECODE_STAGES})")
     return int(raw)
 

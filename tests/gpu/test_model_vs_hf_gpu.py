@@ -30,11 +30,16 @@ def test_greedy_after_many_prefill_chunks(cuda, tmp_path, rng):
     check_greedy("tiny-qwen3", "cuda", tmp_path, rng, prompt_len=200, n_new=16, chunk=16)
 
 
-@pytest.mark.parametrize("prompt_len", [4200, 16500])
-def test_teacher_forced_logits_after_long_prompts(prompt_len, cuda, tmp_path, rng):
+@pytest.mark.parametrize("prompt_len,stages_two", [(4200, "2"), (16500, "2"), (16500, "3")])
+def test_teacher_forced_logits_after_long_prompts(prompt_len, stages_two, cuda, tmp_path, rng, monkeypatch):
     # Long contexts against an independent reference (the long-context tests compare graphs with
     # checked eager runs of the same kernels): 8B's GQA ratio and head_dim, many prefill chunks,
-    # decode at the large context buckets (many attention splits and their merge)
+    # decode at the large context buckets (many attention splits and their merge); at 16.5k keys
+    # also at two attention CTAs per SM (its 2 kv heads plan one up to 24 MiB) with 3 K/V stages
+    # (FIXEDGRAPH_ATTN_STAGES_TWO: the _long_st3 entry at 32 splits)
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES_TWO", stages_two)
+    if stages_two != "2":
+        monkeypatch.setenv("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", "0")
     check_teacher_forced("tiny-long", "cuda", tmp_path, rng, prompt_len=prompt_len, n_new=24, chunk=256)
 
 

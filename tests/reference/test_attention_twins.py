@@ -425,3 +425,11 @@ def test_deep_stage_entries(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES", "8")
     with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_STAGES='8'"):
         ops.choose_stages(4096, 16, 1, 8)
+    monkeypatch.delenv("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB")
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES", "2")
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES_TWO", "3")  # two per SM: 3 stages fit, 4 do not
+    assert ops.choose_stages(32768, 32, 1, 8) == 3
+    assert ops.choose_stages(4096, 16, 1, 8) == ops.DECODE_STAGES
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES_TWO", "4")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_STAGES_TWO='4': give one of 2, 3"):
+        ops.choose_stages(32768, 32, 1, 8)
