@@ -24,7 +24,6 @@ PREFILL_THREADS = 256  # fixed by the kernel (8 warps x 16 query rows)
 PREFILL_ROWS_PER_CTA = 128  # (token, query head) rows per CTA
 DECODE_TILE_KEYS = 64  # keys per K/V tile of the tensor-core decode body (D <= 128)
 DECODE_STAGES = 2  # K/V tiles in flight per CTA
-DEEP_STAGES = (3, 4)  # the d128 RoPE entries' _st3 / _st4 forms (choose_stages)
 MAX_SPLITS = 32
 ONE_PER_SM_MIB = 24  # one CTA per SM up to this many MiB of K/V a launch on 132 SMs (choose_num_splits)
 ONE_PER_SM_REF_SMS = 132  # the SM count ONE_PER_SM_MIB was measured on (H200); it scales with SMs
@@ -62,10 +61,9 @@ def boot_zero_regions(region_names) -> list[str]:
     return [n for n in region_names if n.rsplit(".", 1)[-1] in ZERO_AT_BOOT]
 
 
-def decode_shared_bytes(D: int, stages: int = DECODE_STAGES) -> int:
-    """Dynamic shared memory of ``paged_attention_decode_d{D}`` (and of the RoPE entries with
-    ``stages`` K/V tiles in flight): the tile stages (0 for D = 256)."""
-    return 0 if D > 128 else stages * 2 * DECODE_TILE_KEYS * (D + 8) * 2
+def decode_shared_bytes(D: int) -> int:
+    """Dynamic shared memory of ``paged_attention_decode_d{D}``: K/V tile stages (0 for D = 256)."""
+    return 0 if D > 128 else DECODE_STAGES * 2 * DECODE_TILE_KEYS * (D + 8) * 2
 
 
 def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132, D: int = 128) -> int:
@@ -86,45 +84,11 @@ def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132,
     if max_seq_len < 1 or rows < 1 or Hkv < 1 or D < 1 or num_sms < 1:
         raise ValueError(f"choose_num_splits: max_seq_len={max_seq_len}, rows={rows}, Hkv={Hkv}, D={D}, "
                          f"num_sms={num_sms}")
-    want = _ctas_per_sm(max_seq_len, rows, Hkv, num_sms, D) * num_sms // (rows * Hkv)  # one wave
+    kv_bytes = rows * max_seq_len * Hkv * D * 2 * 2  # K and V, bf16
+    per_sm = 1 if kv_bytes <= one_per_sm_bytes() * num_sms // ONE_PER_SM_REF_SMS else 2
+    want = per_sm * num_sms // (rows * Hkv)  # CTAs per (row, kv head) that still fit in one wave
     by_len = max_seq_len // min_keys_per_split()
     return max(1, min(want, by_len, max_splits()))
-
-
-def _ctas_per_sm(max_seq_len: int, rows: int, Hkv: int, num_sms: int, D: int) -> int:
-    """Attention CTAs a launch plans per SM: 1 up to ``one_per_sm_bytes()`` of K/V (per
-    ONE_PER_SM_REF_SMS SMs), else 2 (see choose_num_splits)."""
-    kv_bytes = rows * max_seq_len * Hkv * D * 2 * 2  # K and V, bf16
-    return 1 if kv_bytes <= one_per_sm_bytes() * num_sms // ONE_PER_SM_REF_SMS else 2
-
-
-def choose_stages(max_seq_len: int, num_splits: int, rows: int, Hkv: int, num_sms: int = 132,
-                  D: int = 128) -> int:
-    """K/V tiles in flight per CTA for a decode graph planned by ``choose_num_splits``.
-
-    Where the deep entries can help (D = 128, splits of more than DECODE_STAGES tiles at the
-    longest context; shorter splits load every tile up front anyway): ``attn_stages()``
-    (FIXEDGRAPH_ATTN_STAGES) for launches planned at one CTA per SM, ``attn_stages(two=True)``
-    (FIXEDGRAPH_ATTN_STAGES_TWO; at most 3, two 4-stage CTAs exceed an SM's shared memory) at
-    two. Else, and by default, DECODE_STAGES.
-    """
-    if D != 128 or num_splits < 1 or -(-max_seq_len // num_splits) <= DECODE_STAGES * DECODE_TILE_KEYS:
-        return DECODE_STAGES
-    return attn_stages(two=_ctas_per_sm(max_seq_len, rows, Hkv, num_sms, D) == 2)
-
-
-def attn_stages(two: bool = False) -> int:
-    """FIXEDGRAPH_ATTN_STAGES (``two``: FIXEDGRAPH_ATTN_STAGES_TWO): DECODE_STAGES (the default)
-    or one of DEEP_STAGES (``two``: 3 at most), the K/V tiles in flight of d128 decode launches
-    planned at one (two) CTAs per SM (``choose_stages``). A/B knobs; anything else is refused,
-    naming the variable."""
-    name = "FIXEDGRAPH_ATTN_STAGES_TWO" if two else "FIXEDGRAPH_ATTN_STAGES"
-    raw = os.environ.get(name, str(DECODE_STAGES))
-    allowed = (DECODE_STAGES, *(n for n in DEEP_STAGES if not two or n <= 3))
-    if raw.strip() not in {str(n) for n in allowed}:
-        raise ValueError(f"{name}={raw!r}: give one of {', '.join(map(str, allowed))} "
-                         f"(K/V tiles in flight; default {DECODE_STAGES})")
-    return int(raw)
 
 
 def one_per_sm_bytes() -> int:
@@ -214,8 +178,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
                           rope: Arg, positions: Arg, slots: Arg, k_pool: Arg, v_pool: Arg,
                           block_table: Arg, seq_len: Arg, scratch: dict[str, Arg] | None, rows: int,
                           max_blocks: int, block_size: int, Hq: int, Hkv: int, D: int, scale: float,
-                          eps: float, num_splits: int, label: str = "attention_decode_rope",
-                          stages: int = DECODE_STAGES) -> int:
+                          eps: float, num_splits: int, label: str = "attention_decode_rope") -> int:
     """``qk_norm_rope_kv`` then ``attention_decode`` in one launch (no q buffer round trip).
 
     out: [rows, Hq * D] bf16, written.
@@ -232,9 +195,6 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     (seq_len[r]-1) // block_size] * block_size + (seq_len[r]-1) % block_size`` must hold for every
     live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
     path bit for bit. Every region must be 16-byte aligned (arena regions are).
-    stages: K/V tiles in flight, DECODE_STAGES or (D = 128) one of DEEP_STAGES: the same results
-      from the ``_st{stages}`` entry, which needs decode_shared_bytes(128, stages) of shared
-      memory (see ``choose_stages``).
     PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
     or the pools (in decode programs the staging kernel writes those at least two launches
@@ -246,13 +206,12 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
         raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
                          f"num_splits={num_splits} must all be >= 1")
-    entry = decode_rope_entry(D, int(num_splits), int(stages))
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, int(num_splits))
     args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
             int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
-    return prog.launch(entry, (Hkv, rows, int(num_splits)), (DECODE_THREADS, 1, 1), args,
-                       shared=decode_shared_bytes(D, int(stages)), label=label)
+    return prog.launch(decode_rope_entry(D, int(num_splits)), (Hkv, rows, int(num_splits)),
+                       (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D), label=label)
 
 
 # From this many splits on, d128 takes the long-context entry, whose split merge loads 16
@@ -262,28 +221,19 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
 LONG_MERGE_MIN_SPLITS = 24
 
 
-def decode_rope_entry(D: int, num_splits: int, stages: int = DECODE_STAGES) -> str:
+def decode_rope_entry(D: int, num_splits: int) -> str:
     """The fused decode attention entry (QK-norm + RoPE + KV write + split-K decode) to launch.
 
-    For head dim D at ``num_splits`` splits and ``stages`` K/V tiles in flight:
-    ``paged_attention_decode_rope_long{_st}_d128`` from
-    LONG_MERGE_MIN_SPLITS on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
-    ``paged_attention_decode_rope{_st}_d{D}``; ``_st`` is ``_st{stages}`` for DEEP_STAGES (D = 128
-    only), empty for DECODE_STAGES."""
-    if stages != DECODE_STAGES and (D != 128 or stages not in DEEP_STAGES):
-        raise ValueError(f"attention_decode_rope: {stages} K/V stages at head_dim {D}; entries exist for "
-                         f"{DECODE_STAGES} stages at every head dim and {DEEP_STAGES} at 128")
-    st = "" if stages == DECODE_STAGES else f"_st{stages}"
+    For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long_d128`` from LONG_MERGE_MIN_SPLITS on (D = 128; off with
+    FIXEDGRAPH_ATTN_LONG_MERGE=0), else ``paged_attention_decode_rope_d{D}``."""
     if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
-        return f"paged_attention_decode_rope_long{st}_d128"
-    return f"paged_attention_decode_rope{st}_d{D}"
+        return "paged_attention_decode_rope_long_d128"
+    return f"paged_attention_decode_rope_d{D}"
 
 
 # Every entry decode_rope_entry can return: fixedgraph.pdl checks their pre-wait reads.
 DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
-                                 "paged_attention_decode_rope_long_d128",
-                                 *(f"paged_attention_decode_rope{m}_st{n}_d128"
-                                   for m in ("", "_long") for n in DEEP_STAGES)})
+                                 "paged_attention_decode_rope_long_d128"})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

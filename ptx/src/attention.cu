@@ -304,10 +304,9 @@ DECODE_ENTRY(256, decode_scalar, 0)
 // grid may write qkv but nothing else this entry reads (seq_len, block_table, positions, slots,
 // pool keys); in the decode programs those come from the step's staging kernel and earlier
 // steps (see decode_tc).
-#define DECODE_ROPE_ENTRY(DIM) DECODE_ROPE_ENTRY_R(DIM, , 8, attn::kDecStages)
-// NAME: the entry's suffix before _d{DIM}; R: the split merge's partials per round, STAGES: the
-// K/V tiles in flight (decode_tc; dynamic shared memory decode_tc_smem(DIM, STAGES))
-#define DECODE_ROPE_ENTRY_R(DIM, NAME, R, STAGES)                                              \
+#define DECODE_ROPE_ENTRY(DIM) DECODE_ROPE_ENTRY_R(DIM, , 8)
+// NAME: the entry's suffix before _d{DIM}; R: the split merge's partials per round (decode_tc)
+#define DECODE_ROPE_ENTRY_R(DIM, NAME, R)                                                      \
     extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
         paged_attention_decode_rope##NAME##_d##DIM(                                            \
             bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *qkv,     \
@@ -318,14 +317,14 @@ DECODE_ENTRY(256, decode_scalar, 0)
             float scale, float eps) { FG_KERNEL_BEGIN();                                                          \
         auto al = [](const void *p) { return p == nullptr || aligned_to(p, 16); };             \
         if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0 ||               \
-            dynamic_smem_bytes() < (unsigned)attn::decode_tc_smem(DIM, STAGES) || !al(qkv) ||   \
+            dynamic_smem_bytes() < (unsigned)attn::decode_tc_smem(DIM) || !al(qkv) ||           \
             !al(q_norm) || !al(k_norm) || !al(rope) || !al(k_pool) || !al(v_pool)) {            \
             FG_PDL_WAIT(); /* refused: still completes only after the predecessor */            \
             return;                                                                             \
         }                                                                                       \
         /* decode_tc waits itself, once its first K/V tiles are in flight (PDL prefetch) */     \
         const attn::RopeArgs rp{qkv, q_norm, k_norm, rope, positions, slots, k_pool, v_pool, eps}; \
-        decode_tc<DIM, true, R, STAGES>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool,\
+        decode_tc<DIM, true, R>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool,        \
                              block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv,       \
                              num_splits, scale, rp);                                            \
     }
@@ -335,16 +334,7 @@ DECODE_ROPE_ENTRY(96)
 DECODE_ROPE_ENTRY(128)
 // Long contexts (24+ splits, fixedgraph/ops/attention.py): the same results, the merge loading
 // 16 splits' partials a round (arrive_and_merge).
-DECODE_ROPE_ENTRY_R(128, _long, 16, attn::kDecStages)
-// One CTA per SM over splits of more than two tiles (fixedgraph.ops.attention.choose_stages): the
-// same results with 3 or 4 K/V tiles in flight (104 / 139 KB of shared memory). Two stages keep
-// one to two tiles (17-35 KB) in flight a CTA; streaming an SM's share of the HBM bandwidth
-// (~25 GB/s at ~1.5 us latency) wants ~40-60 KB in flight, which two CTAs a SM reached and one
-// does not.
-DECODE_ROPE_ENTRY_R(128, _st3, 8, 3)
-DECODE_ROPE_ENTRY_R(128, _st4, 8, 4)
-DECODE_ROPE_ENTRY_R(128, _long_st3, 16, 3)
-DECODE_ROPE_ENTRY_R(128, _long_st4, 16, 4)
+DECODE_ROPE_ENTRY_R(128, _long, 16)
 
 // out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
 // Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.

@@ -17,14 +17,13 @@ namespace attn {
 
 constexpr int kDecThreads = 128;  // 4 warps; every decode entry requires exactly this block
 constexpr int kDecTileKeys = 64;  // keys per K/V tile of decode_tc: 16 per warp
-constexpr int kDecStages = 2;     // K/V tiles in flight per CTA (the _st3 / _st4 entries: 3 / 4)
-constexpr int kDecMaxStages = 4;
+constexpr int kDecStages = 2;     // K/V tiles in flight per CTA
 constexpr int kDecBtWindow = 512; // block-table entries of a split held in shared memory at once
-static_assert(kDecBtWindow >= kDecMaxStages * kDecTileKeys + 1, "the first tiles must fit one window");
+static_assert(kDecBtWindow >= kDecStages * kDecTileKeys + 1, "the first tiles must fit one window");
 
-// Bytes of dynamic shared memory decode_tc<D, ..., stages> needs: stages (K, V) tiles of padded rows.
-__host__ __device__ constexpr int decode_tc_smem(int D, int stages = kDecStages) {
-    return stages * 2 * kDecTileKeys * (D + 8) * 2;
+// Bytes of dynamic shared memory decode_tc<D> needs: kDecStages (K, V) tiles of padded rows.
+__host__ __device__ constexpr int decode_tc_smem(int D) {
+    return kDecStages * 2 * kDecTileKeys * (D + 8) * 2;
 }
 
 struct SplitRange {
@@ -64,9 +63,7 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // entry (paged_attention_decode_rope_long_d128, 24+ splits) takes 16: two L2 round trips
 // instead of four at 32 splits, with the merge's code only in that entry (session 27-28: any
 // growth of the short entries' merge cost the 0.6B bench more than it gained).
-// TAG: only tells instantiations apart (the caller's K/V stages), so that an entry added with
-// another tag leaves the existing entries' shared layout and code as they were.
-template <int D, int R = 8, int TAG = kDecStages>
+template <int D, int R = 8>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
     const float *o_part,              // [rows, Hq, S, D] f32 (written by other CTAs: no __restrict__)
@@ -331,9 +328,7 @@ __device__ __forceinline__ void rope_pass(
 // the previous layer's attention is late); the grids in between write only activations. Those
 // early reads go through L2 (ld.cg, cp.async.cg), never a possibly stale L1 line. Everything the
 // predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
-// STAGES: K/V tiles in flight (decode_tc_smem(D, STAGES) bytes of dynamic shared memory); more
-// than kDecStages only in the d128 _st entries, which one CTA per SM runs (fixedgraph.ops.attention).
-template <int D, bool ROPE = false, int MERGE_R = 8, int STAGES = attn::kDecStages>
+template <int D, bool ROPE = false, int MERGE_R = 8>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
@@ -352,10 +347,9 @@ __device__ __forceinline__ void decode_tc(
     constexpr int SO = D + 8;                // s_o row stride in floats (conflict-free float2 stores)
     constexpr int C4 = D / 4;
     static_assert(D % 16 == 0 && NT % 2 == 0, "decode_tc head dim must be a multiple of 16");
-    static_assert(4 * 16 * SO * 4 <= decode_tc_smem(D, STAGES), "s_o must fit in the tile buffers");
-    static_assert(STAGES >= 2 && STAGES <= kDecMaxStages, "K/V stages: 2 to kDecMaxStages");
+    static_assert(4 * 16 * SO * 4 <= decode_tc_smem(D), "s_o must fit in the tile buffers");
 
-    extern __shared__ __align__(16) unsigned char dec_smem[];  // decode_tc_smem(D, STAGES) bytes
+    extern __shared__ __align__(16) unsigned char dec_smem[];  // decode_tc_smem(D) bytes
     __nv_bfloat16 *s_kv = reinterpret_cast<__nv_bfloat16 *>(dec_smem);  // [stage][K, V][TK][LD]
     float *s_o = reinterpret_cast<float *>(dec_smem);  // [warp][16][SO] after the key loop (aliases)
     __shared__ __align__(16) __nv_bfloat16 s_q[kDecMaxHeads * LD];  // [head][dim] of one pass
@@ -420,7 +414,7 @@ __device__ __forceinline__ void decode_tc(
             bt_window(s_bt, bt, win0, (sr.end - 1) / (int)block_size);
             FG_TRACE_MARK(0);  // the split's block-table window in shared memory
 #pragma unroll 1  // one copy of load_kv_tile: the code after the wait stays small (i-fetch)
-            for (int st = 0; st < STAGES; ++st) {
+            for (int st = 0; st < kDecStages; ++st) {
                 if (st < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
                     load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, sr.start + st * TK,
@@ -436,7 +430,7 @@ __device__ __forceinline__ void decode_tc(
             }
             if constexpr (ROPE) {  // overlaps the K/V copies just issued
                 const int sub_tile = (sub_key - sr.start) / TK;
-                __nv_bfloat16 *patch = h0 == 0 && sub_key >= 0 && sub_tile < STAGES
+                __nv_bfloat16 *patch = h0 == 0 && sub_key >= 0 && sub_tile < kDecStages
                                            ? s_kv + (sub_tile * 2 * TK + sub_key - sr.start - sub_tile * TK) * LD
                                            : nullptr;
                 rope_pass<D>(s_q, s_ck, s_cv, patch, patch ? patch + TK * LD : nullptr, rp, row,
@@ -450,11 +444,11 @@ __device__ __forceinline__ void decode_tc(
             float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows gid, gid + 8
 
             for (int kt = 0; kt < n_tiles; ++kt) {
-                const int st = kt % STAGES;
+                const int st = kt % kDecStages;
                 const uint32_t kaddr = smem0 + st * 2 * TILE_BYTES + k_lane;
                 const uint32_t vaddr = smem0 + st * 2 * TILE_BYTES + TILE_BYTES + v_lane;
                 const int kb = sr.start + kt * TK + warp * 16;  // this warp's first key
-                cp_async_wait<STAGES - 1>();  // tile kt landed (later ones may still fly)
+                cp_async_wait<kDecStages - 1>();  // tile kt landed (later ones may still fly)
                 __syncthreads();
                 if (kt == 0) FG_TRACE_MARK(2);  // the first tile landed
                 if (kb < sr.end) {  // warp-uniform; at least key kb is valid
@@ -521,9 +515,9 @@ __device__ __forceinline__ void decode_tc(
                     }
                 }
                 __syncthreads();  // NOTE: every warp is done with stage st before it is refilled
-                if (kt + STAGES < n_tiles) {
+                if (kt + kDecStages < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
-                    const int kb0 = sr.start + (kt + STAGES) * TK;
+                    const int kb0 = sr.start + (kt + kDecStages) * TK;
                     const int last = (min(kb0 + TK, sr.end) - 1) / (int)block_size;
                     if (last >= win0 + kDecBtWindow) {  // CTA-uniform; every thread passed the barrier above
                         win0 = kb0 / (int)block_size;
@@ -596,7 +590,7 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
-            arrive_and_merge<D, MERGE_R, STAGES>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
+            arrive_and_merge<D, MERGE_R>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
 }

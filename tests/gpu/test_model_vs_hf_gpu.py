@@ -30,24 +30,16 @@ def test_greedy_after_many_prefill_chunks(cuda, tmp_path, rng):
     check_greedy("tiny-qwen3", "cuda", tmp_path, rng, prompt_len=200, n_new=16, chunk=16)
 
 
-@pytest.mark.parametrize("prompt_len,stages_two", [(4200, "2"), (16500, "2"), (16500, "3")])
-def test_teacher_forced_logits_after_long_prompts(prompt_len, stages_two, cuda, tmp_path, rng, monkeypatch):
+@pytest.mark.parametrize("prompt_len", [4200, 16500])
+def test_teacher_forced_logits_after_long_prompts(prompt_len, cuda, tmp_path, rng):
     # Long contexts against an independent reference (the long-context tests compare graphs with
     # checked eager runs of the same kernels): 8B's GQA ratio and head_dim, many prefill chunks,
-    # decode at the large context buckets (many attention splits and their merge); at 16.5k keys
-    # also at two attention CTAs per SM (its 2 kv heads plan one up to 24 MiB) with 3 K/V stages
-    # (FIXEDGRAPH_ATTN_STAGES_TWO: the _long_st3 entry at 32 splits)
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES_TWO", stages_two)
-    if stages_two != "2":
-        monkeypatch.setenv("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", "0")
+    # decode at the large context buckets (many attention splits and their merge)
     check_teacher_forced("tiny-long", "cuda", tmp_path, rng, prompt_len=prompt_len, n_new=24, chunk=256)
 
 
-@pytest.mark.parametrize("stages", ["2", "4"])
-def test_teacher_forced_logits_at_one_attention_cta_per_sm(stages, cuda, tmp_path, rng, monkeypatch):
+def test_teacher_forced_logits_at_one_attention_cta_per_sm(cuda, tmp_path, rng):
     # 8 kv heads at ~3k keys: the last context bucket (3032 keys, 12 MiB of K/V a launch) plans
     # one attention CTA per SM (16 splits, choose_num_splits), where 8B-class GQA models decode
-    # 2-6k-token contexts; against float32 transformers. Stages 4: the _st4 entry (splits of
-    # 190 keys, three tiles; ops.attention.choose_stages)
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES", stages)
+    # 2-6k-token contexts; against float32 transformers
     check_teacher_forced("qwen3-0.6b", "cuda", tmp_path, rng, prompt_len=3000, n_new=24, chunk=256)

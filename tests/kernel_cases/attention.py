@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fixedgraph import bf16
-from fixedgraph.ops.attention import (DECODE_STAGES, SCRATCH_COUNT, SCRATCH_ML, SCRATCH_O, attention_combine,
+from fixedgraph.ops.attention import (SCRATCH_COUNT, SCRATCH_ML, SCRATCH_O, attention_combine,
                                       attention_decode, attention_decode_rope, attention_prefill,
                                       decode_scratch)
 from fixedgraph.ops.rope_kv import qk_norm_rope_kv
@@ -164,7 +164,7 @@ def _rope_kv_twin(x: dict, rows: int, Hq: int, Hkv: int, D: int, norm: bool) -> 
 
 
 def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
-               norm: bool, lens: list[int], neg_row: int | None, stages: int = DECODE_STAGES) -> KernelCase:
+               norm: bool, lens: list[int], neg_row: int | None) -> KernelCase:
     """Fused QK-norm + RoPE + KV write + decode. Row r's token is key lens[r] - 1 at slot
     slots[r] (the engine's invariant); that pool slot holds NaN before the launch, so a split
     reading it instead of the CTA's own k/v, or a missing write, shows up. Row ``neg_row`` has
@@ -203,8 +203,7 @@ def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D:
     attention_decode_rope(prog, Ref("out"), Ref("qkv"), Ref("q_norm") if norm else None,
                           Ref("k_norm") if norm else None, Ref("rope"), Ref("positions"), Ref("slots"),
                           Ref("k_pool"), Ref("v_pool"), Ref("block_table"), Ref("seq_len"),
-                          scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S,
-                          stages=stages)
+                          scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S)
 
     def reference(x):
         qkv = x["qkv"].reshape(rows, heads, D).astype(np.float64)
@@ -366,17 +365,6 @@ ROPE_CASES = {
     "attention_decode_rope_r2_bs16_h28kv4_d128_s32": (2, 16, 28, 4, 128, 32, False, [1500, 40], None),
     "attention_decode_rope_r1_bs16_h24kv8_d128_s24_norm": (1, 16, 24, 8, 128, 24, True, [777], None),
     "attention_decode_rope_r2_bs32_h8kv8_d128_s40": (2, 32, 8, 8, 128, 40, False, [1300, 1299], 0),
-    # 3 and 4 K/V tiles in flight (the _st entries; the last field): the token's tile refilled
-    # (1000: tile 7 of split 1) or among the first 3 (129, 150: the shared-memory patch of an
-    # up-front tile); G = 12 in one split; the block-table window moving at bs 1; G = 20 (two head
-    # passes, the second taking the token from shared memory)
-    "attention_decode_rope_r3_bs16_h16kv8_d128_s2_st3_norm": (3, 16, 16, 8, 128, 2, True, [1000, 129, 1], 2, 3),
-    "attention_decode_rope_r3_bs16_h12kv1_d128_s1_st3": (3, 16, 12, 1, 128, 1, False, [300, 150, 65], None, 3),
-    "attention_decode_rope_r2_bs1_h8kv2_d128_s1_st4": (2, 1, 8, 2, 128, 1, False, [1200, 600], None, 4),
-    "attention_decode_rope_r2_bs16_h40kv2_d128_s3_st4_norm": (2, 16, 40, 2, 128, 3, True, [700, 230], 1, 4),
-    # the long merge with deep stages: 32 used splits of 5 tiles; 23 used of 4 tiles at 24 splits
-    "attention_decode_rope_r2_bs16_h16kv8_d128_s32_st3": (2, 16, 16, 8, 128, 32, False, [9000, 40], None, 3),
-    "attention_decode_rope_r1_bs32_h32kv8_d128_s24_st4_norm": (1, 32, 32, 8, 128, 24, True, [5000], None, 4),
 }
 
 # name -> (rows, Hq, D, num_splits)

@@ -51,8 +51,6 @@ def test_every_entry_has_cases():
     want |= {f"paged_attention_decode_rope_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
     want.add("paged_attention_decode_rope_long_d128")  # d128 from LONG_MERGE_MIN_SPLITS splits
-    want |= {f"paged_attention_decode_rope{m}_st{n}_d128" for m in ("", "_long") for n in ops.DEEP_STAGES}
-    assert {e for e in want if "rope" in e} == ops.DECODE_ROPE_ENTRIES  # what pdl checks
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
@@ -393,43 +391,3 @@ def test_long_merge_entry_choice(monkeypatch):
     assert ops.decode_rope_entry(64, 32) == "paged_attention_decode_rope_d64"
     monkeypatch.setenv("FIXEDGRAPH_ATTN_LONG_MERGE", "0")
     assert ops.decode_rope_entry(128, 32) == "paged_attention_decode_rope_d128"
-
-
-def test_deep_stage_entries(monkeypatch):
-    """FIXEDGRAPH_ATTN_STAGES picks the _st entries (d128 only) with their shared memory; the
-    plan takes them only at one CTA per SM over splits of more than two tiles."""
-    assert ops.decode_rope_entry(128, 8, 3) == "paged_attention_decode_rope_st3_d128"
-    assert ops.decode_rope_entry(128, 32, 4) == "paged_attention_decode_rope_long_st4_d128"
-    with pytest.raises(ValueError, match="3 K/V stages at head_dim 64"):
-        ops.decode_rope_entry(64, 8, 3)
-    with pytest.raises(ValueError, match="5 K/V stages"):
-        ops.decode_rope_entry(128, 8, 5)
-    prog = Program("p")
-    refs = [Ref(n) for n in ("o", "qkv", "qn", "kn", "rope", "pos", "slot", "k", "v", "bt", "sl")]
-    scratch = {n: Ref(n) for n in ops.decode_scratch(1, 16, 128, 16, 8)}
-    ops.attention_decode_rope(prog, *refs, scratch, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 16, stages=4)
-    (l,) = prog.launches
-    assert l.entry == "paged_attention_decode_rope_st4_d128"
-    assert l.shared == ops.decode_shared_bytes(128, 4) == 4 * 2 * 64 * 136 * 2
-
-    assert ops.choose_stages(4096, 16, 1, 8) == ops.DECODE_STAGES  # the default: off
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES", "4")
-    S = ops.choose_num_splits(4096, 1, 8)  # 16 MiB of K/V: one CTA per SM, 256-key splits
-    assert S == 16 and ops.choose_stages(4096, S, 1, 8) == 4
-    assert ops.choose_stages(2048, 16, 1, 8) == ops.DECODE_STAGES  # 128-key splits: two tiles
-    assert ops.choose_stages(2049, 16, 1, 8) == 4
-    assert ops.choose_stages(4096, 16, 1, 8, D=64) == ops.DECODE_STAGES  # no deep d64 entry
-    assert ops.choose_stages(32768, 32, 1, 8) == ops.DECODE_STAGES  # two CTAs per SM
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB", "160")
-    assert ops.choose_stages(32768, 16, 1, 8) == 4
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES", "8")
-    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_STAGES='8'"):
-        ops.choose_stages(4096, 16, 1, 8)
-    monkeypatch.delenv("FIXEDGRAPH_ATTN_ONE_PER_SM_MIB")
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES", "2")
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES_TWO", "3")  # two per SM: 3 stages fit, 4 do not
-    assert ops.choose_stages(32768, 32, 1, 8) == 3
-    assert ops.choose_stages(4096, 16, 1, 8) == ops.DECODE_STAGES
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES_TWO", "4")
-    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_STAGES_TWO='4': give one of 2, 3"):
-        ops.choose_stages(32768, 32, 1, 8)

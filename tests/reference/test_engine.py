@@ -369,28 +369,3 @@ def test_a_second_stream_while_one_runs_is_refused_and_the_first_is_unharmed(tin
     next(c)
     c.close()  # an abandoned stream gives the runner back
     assert tiny.generate([[9, 8, 7, 6]], p)[0].token_ids == want_b
-
-
-def test_deep_attention_stages_plan_and_tokens(rng, monkeypatch):
-    # FIXEDGRAPH_ATTN_STAGES=4: graphs whose splits span more than two tiles at one CTA per SM
-    # take the _st4 entry (the context bucket of 560 keys at 2 splits), the others keep theirs;
-    # the same tokens as the default (the GPU test compares both with transformers)
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from fixedgraph.testing.checkpoints import random_llm
-
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_MAX_SPLITS", "2")
-    prompt = rng.integers(0, 1000, size=300).tolist()
-    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-    outs = []
-    for stages in ("2", "4"):
-        monkeypatch.setenv("FIXEDGRAPH_ATTN_STAGES", stages)
-        llm = random_llm("tiny-qwen3", 5, "reference", 560, prefill_chunk=128)
-        m = llm.model
-        want = {c: 4 if stages == "4" and c > 256 else 2 for c in m.ctx_buckets}
-        assert {c: m.attn_stages[(1, c)] for c in m.ctx_buckets} == want
-        entries = {l.entry for l in m.decode_program(1, False, m.ctx_buckets[-1]).launches}
-        assert ("paged_attention_decode_rope_st4_d128" in entries) == (stages == "4")
-        outs.append(llm.generate([prompt], params)[0].token_ids)
-        llm.close()
-    assert outs[0] == outs[1]
