@@ -211,7 +211,16 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
             int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
     return prog.launch(decode_rope_entry(D, int(num_splits)), (Hkv, rows, int(num_splits)),
-                       (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D), label=label)
+                       (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D) + smem_pad_bytes(),
+                       label=label)
+
+
+def smem_pad_bytes() -> int:
+    """FIXEDGRAPH_ATTN_SMEM_PAD_KB (default 0): extra dynamic shared memory a fused decode
+    attention CTA asks for (unused by the kernel). An A/B knob for CTA placement: past ~106 KB of
+    tiles and pad, two CTAs of the launch no longer fit one SM's 228 KB, so CTAs launched early
+    beside the predecessor's cannot double up on the SMs it left free."""
+    return _env_count("FIXEDGRAPH_ATTN_SMEM_PAD_KB", 0, "KB", minimum=0) << 10
 
 
 # From this many splits on, d128 takes the long-context entry, whose split merge loads 16

@@ -391,3 +391,16 @@ def test_long_merge_entry_choice(monkeypatch):
     assert ops.decode_rope_entry(64, 32) == "paged_attention_decode_rope_d64"
     monkeypatch.setenv("FIXEDGRAPH_ATTN_LONG_MERGE", "0")
     assert ops.decode_rope_entry(128, 32) == "paged_attention_decode_rope_d128"
+
+
+def test_smem_pad_knob(monkeypatch):
+    # FIXEDGRAPH_ATTN_SMEM_PAD_KB adds unused shared memory to the fused decode launch (placement
+    # A/Bs); garbage is refused, naming it
+    refs = [Ref(n) for n in ("o", "qkv", "qn", "kn", "rope", "pos", "slot", "k", "v", "bt", "sl")]
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SMEM_PAD_KB", "40")
+    prog = Program("p")
+    ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)
+    assert prog.launches[0].shared == ops.decode_shared_bytes(128) + 40 * 1024
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SMEM_PAD_KB", "-1")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_SMEM_PAD_KB='-1'"):
+        ops.attention_decode_rope(Program("q"), *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)
