@@ -178,8 +178,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
                           rope: Arg, positions: Arg, slots: Arg, k_pool: Arg, v_pool: Arg,
                           block_table: Arg, seq_len: Arg, scratch: dict[str, Arg] | None, rows: int,
                           max_blocks: int, block_size: int, Hq: int, Hkv: int, D: int, scale: float,
-                          eps: float, num_splits: int, label: str = "attention_decode_rope",
-                          min_blocks: int | None = None) -> int:
+                          eps: float, num_splits: int, label: str = "attention_decode_rope") -> int:
     """``qk_norm_rope_kv`` then ``attention_decode`` in one launch (no q buffer round trip).
 
     out: [rows, Hq * D] bf16, written.
@@ -196,8 +195,6 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     (seq_len[r]-1) // block_size] * block_size + (seq_len[r]-1) % block_size`` must hold for every
     live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
     path bit for bit. Every region must be 16-byte aligned (arena regions are).
-    min_blocks: the entry's launch bounds, CTAs per SM (``decode_rope_entry``); None: the
-      FIXEDGRAPH_ATTN_MIN_BLOCKS knob. The same results at any value.
     PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
     or the pools (in decode programs the staging kernel writes those at least two launches
@@ -213,7 +210,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
             int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
-    return prog.launch(decode_rope_entry(D, int(num_splits), min_blocks), (Hkv, rows, int(num_splits)),
+    return prog.launch(decode_rope_entry(D, int(num_splits)), (Hkv, rows, int(num_splits)),
                        (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D) + smem_pad_bytes(),
                        label=label)
 
@@ -233,41 +230,19 @@ def smem_pad_bytes() -> int:
 LONG_MERGE_MIN_SPLITS = 24
 
 
-def decode_rope_entry(D: int, num_splits: int, min_blocks: int | None = None) -> str:
+def decode_rope_entry(D: int, num_splits: int) -> str:
     """The fused decode attention entry (QK-norm + RoPE + KV write + split-K decode) to launch.
 
-    For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long_d128`` from
-    LONG_MERGE_MIN_SPLITS on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
-    ``paged_attention_decode_rope_d{D}``, or (D = 128, ``min_blocks`` 3 or 4, by default
-    ``attn_min_blocks()``) ``paged_attention_decode_rope_lb{min_blocks}_d128``: the same code with
-    launch bounds of 3 / 4 CTAs per SM, 168 / 128 registers a thread instead of 225."""
+    For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long_d128`` from LONG_MERGE_MIN_SPLITS on (D = 128; off with
+    FIXEDGRAPH_ATTN_LONG_MERGE=0), else ``paged_attention_decode_rope_d{D}``."""
     if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
         return "paged_attention_decode_rope_long_d128"
-    mb = attn_min_blocks() if min_blocks is None else int(min_blocks)
-    if mb not in MIN_BLOCKS:
-        raise ValueError(f"attention_decode_rope: min_blocks={mb}; give one of {', '.join(map(str, MIN_BLOCKS))}")
-    if D == 128 and mb != MIN_BLOCKS[0]:
-        return f"paged_attention_decode_rope_lb{mb}_d128"
     return f"paged_attention_decode_rope_d{D}"
-
-
-MIN_BLOCKS = (2, 3, 4)  # launch bounds of the short d128 entries (2: the default entry)
-
-
-def attn_min_blocks() -> int:
-    """FIXEDGRAPH_ATTN_MIN_BLOCKS: 2 (default), 3 or 4, the launch bounds of the short d128 fused
-    decode entry (``decode_rope_entry``). An A/B knob; anything else is refused, naming it."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_MIN_BLOCKS", "2")
-    if raw.strip() not in {str(n) for n in MIN_BLOCKS}:
-        raise ValueError(f"FIXEDGRAPH_ATTN_MIN_BLOCKS={raw!r}: give one of {', '.join(map(str, MIN_BLOCKS))} "
-                         "(the short d128 decode entry's CTAs per SM; default 2)")
-    return int(raw)
 
 
 # Every entry decode_rope_entry can return: fixedgraph.pdl checks their pre-wait reads.
 DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
-                                 "paged_attention_decode_rope_long_d128",
-                                 *(f"paged_attention_decode_rope_lb{n}_d128" for n in MIN_BLOCKS[1:])})
+                                 "paged_attention_decode_rope_long_d128"})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

@@ -304,11 +304,10 @@ DECODE_ENTRY(256, decode_scalar, 0)
 // grid may write qkv but nothing else this entry reads (seq_len, block_table, positions, slots,
 // pool keys); in the decode programs those come from the step's staging kernel and earlier
 // steps (see decode_tc).
-#define DECODE_ROPE_ENTRY(DIM) DECODE_ROPE_ENTRY_R(DIM, , 8, 2)
+#define DECODE_ROPE_ENTRY(DIM) DECODE_ROPE_ENTRY_R(DIM, , 8)
 // NAME: the entry's suffix before _d{DIM}; R: the split merge's partials per round (decode_tc)
-// MINB: the launch bounds' CTAs per SM (the registers ptxas may use: 2 -> 255, 3 -> 168, 4 -> 128)
-#define DECODE_ROPE_ENTRY_R(DIM, NAME, R, MINB)                                                \
-    extern "C" __global__ void __launch_bounds__(kDecThreads, MINB)                            \
+#define DECODE_ROPE_ENTRY_R(DIM, NAME, R)                                                      \
+    extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
         paged_attention_decode_rope##NAME##_d##DIM(                                            \
             bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *qkv,     \
             const bf16 *q_norm, const bf16 *k_norm, const float *rope,                         \
@@ -325,9 +324,9 @@ DECODE_ENTRY(256, decode_scalar, 0)
         }                                                                                       \
         /* decode_tc waits itself, once its first K/V tiles are in flight (PDL prefetch) */     \
         const attn::RopeArgs rp{qkv, q_norm, k_norm, rope, positions, slots, k_pool, v_pool, eps}; \
-        decode_tc<DIM, true, R, MINB == 2 ? 0 : MINB>(out, o_part, ml_part, counters, nullptr,   \
-                             k_pool, v_pool, block_table, seq_len, rows, max_blocks,            \
-                             block_size, Hq, Hkv, num_splits, scale, rp);                       \
+        decode_tc<DIM, true, R>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool,        \
+                             block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv,       \
+                             num_splits, scale, rp);                                            \
     }
 
 DECODE_ROPE_ENTRY(64)
@@ -335,12 +334,7 @@ DECODE_ROPE_ENTRY(96)
 DECODE_ROPE_ENTRY(128)
 // Long contexts (24+ splits, fixedgraph/ops/attention.py): the same results, the merge loading
 // 16 splits' partials a round (arrive_and_merge).
-DECODE_ROPE_ENTRY_R(128, _long, 16, 2)
-// The same with fewer registers (FIXEDGRAPH_ATTN_MIN_BLOCKS, an A/B knob): 168 a thread without
-// spills (_lb3), 128 with 106 bytes spilled (_lb4), against 225. Two such CTAs leave room for
-// o_proj's (256 threads x 124 registers) beside them: at 225 two hold 58K of the SM's 64K.
-DECODE_ROPE_ENTRY_R(128, _lb3, 8, 3)
-DECODE_ROPE_ENTRY_R(128, _lb4, 8, 4)
+DECODE_ROPE_ENTRY_R(128, _long, 16)
 
 // out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
 // Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.

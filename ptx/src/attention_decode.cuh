@@ -63,9 +63,7 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // entry (paged_attention_decode_rope_long_d128, 24+ splits) takes 16: two L2 round trips
 // instead of four at 32 splits, with the merge's code only in that entry (session 27-28: any
 // growth of the short entries' merge cost the 0.6B bench more than it gained).
-// TAG: only tells instantiations apart (decode_tc's), so that an entry added with another tag
-// leaves the existing entries' shared-memory layout and code as they were.
-template <int D, int R = 8, int TAG = 0>
+template <int D, int R = 8>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
     const float *o_part,              // [rows, Hq, S, D] f32 (written by other CTAs: no __restrict__)
@@ -330,8 +328,7 @@ __device__ __forceinline__ void rope_pass(
 // the previous layer's attention is late); the grids in between write only activations. Those
 // early reads go through L2 (ld.cg, cp.async.cg), never a possibly stale L1 line. Everything the
 // predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
-// TAG: as arrive_and_merge's (the entries' launch bounds: one instantiation per entry form).
-template <int D, bool ROPE = false, int MERGE_R = 8, int TAG = 0>
+template <int D, bool ROPE = false, int MERGE_R = 8>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
@@ -593,7 +590,7 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
-            arrive_and_merge<D, MERGE_R, TAG>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
+            arrive_and_merge<D, MERGE_R>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
 }

@@ -164,7 +164,7 @@ def _rope_kv_twin(x: dict, rows: int, Hq: int, Hkv: int, D: int, norm: bool) -> 
 
 
 def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
-               norm: bool, lens: list[int], neg_row: int | None, min_blocks: int = 2) -> KernelCase:
+               norm: bool, lens: list[int], neg_row: int | None) -> KernelCase:
     """Fused QK-norm + RoPE + KV write + decode. Row r's token is key lens[r] - 1 at slot
     slots[r] (the engine's invariant); that pool slot holds NaN before the launch, so a split
     reading it instead of the CTA's own k/v, or a missing write, shows up. Row ``neg_row`` has
@@ -203,8 +203,7 @@ def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D:
     attention_decode_rope(prog, Ref("out"), Ref("qkv"), Ref("q_norm") if norm else None,
                           Ref("k_norm") if norm else None, Ref("rope"), Ref("positions"), Ref("slots"),
                           Ref("k_pool"), Ref("v_pool"), Ref("block_table"), Ref("seq_len"),
-                          scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S,
-                          min_blocks=min_blocks)
+                          scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S)
 
     def reference(x):
         qkv = x["qkv"].reshape(rows, heads, D).astype(np.float64)
@@ -366,10 +365,6 @@ ROPE_CASES = {
     "attention_decode_rope_r2_bs16_h28kv4_d128_s32": (2, 16, 28, 4, 128, 32, False, [1500, 40], None),
     "attention_decode_rope_r1_bs16_h24kv8_d128_s24_norm": (1, 16, 24, 8, 128, 24, True, [777], None),
     "attention_decode_rope_r2_bs32_h8kv8_d128_s40": (2, 32, 8, 8, 128, 40, False, [1300, 1299], 0),
-    # the entries with fewer registers (launch bounds 3 and 4, the last field): splits of several
-    # tiles, the token's tile refilled; G = 20 (two head passes)
-    "attention_decode_rope_r3_bs16_h16kv8_d128_s4_lb3_norm": (3, 16, 16, 8, 128, 4, True, [1000, 129, 1], 2, 3),
-    "attention_decode_rope_r2_bs16_h40kv2_d128_s3_lb4_norm": (2, 16, 40, 2, 128, 3, True, [700, 230], 1, 4),
 }
 
 # name -> (rows, Hq, D, num_splits)

@@ -51,8 +51,6 @@ def test_every_entry_has_cases():
     want |= {f"paged_attention_decode_rope_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
     want.add("paged_attention_decode_rope_long_d128")  # d128 from LONG_MERGE_MIN_SPLITS splits
-    want |= {"paged_attention_decode_rope_lb3_d128", "paged_attention_decode_rope_lb4_d128"}
-    assert {e for e in want if "rope" in e} == ops.DECODE_ROPE_ENTRIES  # what pdl checks
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
@@ -406,17 +404,3 @@ def test_smem_pad_knob(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SMEM_PAD_KB", "-1")
     with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_SMEM_PAD_KB='-1'"):
         ops.attention_decode_rope(Program("q"), *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)
-
-
-def test_min_blocks_entries(monkeypatch):
-    # FIXEDGRAPH_ATTN_MIN_BLOCKS picks the short d128 entry's fewer-register forms; the long entry
-    # and other head dims keep theirs; garbage is refused, naming it
-    assert ops.decode_rope_entry(128, 16) == "paged_attention_decode_rope_d128"
-    assert ops.decode_rope_entry(128, 16, 3) == "paged_attention_decode_rope_lb3_d128"
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_MIN_BLOCKS", "4")
-    assert ops.decode_rope_entry(128, 16) == "paged_attention_decode_rope_lb4_d128"
-    assert ops.decode_rope_entry(128, 32) == "paged_attention_decode_rope_long_d128"
-    assert ops.decode_rope_entry(64, 16) == "paged_attention_decode_rope_d64"
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_MIN_BLOCKS", "5")
-    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_MIN_BLOCKS='5'"):
-        ops.decode_rope_entry(128, 16)

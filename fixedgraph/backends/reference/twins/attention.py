@@ -169,9 +169,6 @@ for _d in DECODE_ROPE_DIMS:
     twin(f"paged_attention_decode_rope_d{_d}")(_decode_rope(_d))
 # the long-context form: the same results (its merge loads more partials a round)
 twin("paged_attention_decode_rope_long_d128")(_decode_rope(128, "_long"))
-# fewer registers (launch bounds of 3 / 4 CTAs per SM): the same results
-for _n in (3, 4):
-    twin(f"paged_attention_decode_rope_lb{_n}_d128")(_decode_rope(128, f"_lb{_n}"))
 
 
 @twin("paged_attention_combine")
