@@ -233,8 +233,9 @@ LONG_MERGE_MIN_SPLITS = 24
 def decode_rope_entry(D: int, num_splits: int) -> str:
     """The fused decode attention entry (QK-norm + RoPE + KV write + split-K decode) to launch.
 
-    For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long_d128`` from LONG_MERGE_MIN_SPLITS on (D = 128; off with
-    FIXEDGRAPH_ATTN_LONG_MERGE=0), else ``paged_attention_decode_rope_d{D}``."""
+    For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long_d128`` from
+    LONG_MERGE_MIN_SPLITS on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
+    ``paged_attention_decode_rope_d{D}``."""
     if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
         return "paged_attention_decode_rope_long_d128"
     return f"paged_attention_decode_rope_d{D}"
