@@ -226,26 +226,18 @@ def smem_pad_bytes() -> int:
 # From this many splits on, d128 takes the long-context entry, whose split merge loads 16
 # partials a round instead of 8 (two L2 round trips at 32 splits instead of four). Fewer splits
 # keep the short entry: its merge code is what the 0.6B bench's buckets run (sessions 27-28
-# measured every growth of it as a loss there). Chosen when launches took 32 splits past 2k
-# keys; since session 31 contexts up to 24 MiB of K/V a launch take 16 (one CTA per SM), whose
-# merge the long entry would do in one round instead of two: untried (the knob below).
+# measured every growth of it as a loss there). Launches of 16 splits (2-6k keys, one CTA per SM)
+# on the long entry lost too (session 34: 0.6B +1.3% a token at 4176 keys, +0.6% at 2980).
 LONG_MERGE_MIN_SPLITS = 24
-
-
-def long_merge_min_splits() -> int:
-    """FIXEDGRAPH_ATTN_LONG_MERGE_MIN (default LONG_MERGE_MIN_SPLITS): the fewest splits that
-    take the long-context entry. An A/B knob."""
-    return _env_count("FIXEDGRAPH_ATTN_LONG_MERGE_MIN", LONG_MERGE_MIN_SPLITS, "splits", minimum=2)
 
 
 def decode_rope_entry(D: int, num_splits: int) -> str:
     """The fused decode attention entry (QK-norm + RoPE + KV write + split-K decode) to launch.
 
     For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long_d128`` from
-    ``long_merge_min_splits()`` on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
+    LONG_MERGE_MIN_SPLITS on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
     ``paged_attention_decode_rope_d{D}``."""
-    if (D == 128 and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0"
-            and num_splits >= long_merge_min_splits()):
+    if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
         return "paged_attention_decode_rope_long_d128"
     return f"paged_attention_decode_rope_d{D}"
 

@@ -391,15 +391,6 @@ def test_long_merge_entry_choice(monkeypatch):
     assert ops.decode_rope_entry(64, 32) == "paged_attention_decode_rope_d64"
     monkeypatch.setenv("FIXEDGRAPH_ATTN_LONG_MERGE", "0")
     assert ops.decode_rope_entry(128, 32) == "paged_attention_decode_rope_d128"
-    # FIXEDGRAPH_ATTN_LONG_MERGE_MIN moves the threshold (the long merge off still wins)
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_LONG_MERGE_MIN", "16")
-    assert ops.decode_rope_entry(128, 16) == "paged_attention_decode_rope_d128"
-    monkeypatch.delenv("FIXEDGRAPH_ATTN_LONG_MERGE")
-    assert ops.decode_rope_entry(128, 16) == "paged_attention_decode_rope_long_d128"
-    assert ops.decode_rope_entry(128, 15) == "paged_attention_decode_rope_d128"
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_LONG_MERGE_MIN", "1")
-    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_LONG_MERGE_MIN='1'"):
-        ops.decode_rope_entry(128, 16)
 
 
 def test_smem_pad_knob(monkeypatch):
