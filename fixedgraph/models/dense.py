@@ -212,7 +212,7 @@ class DenseDecoder:
             Ref(L + "k_norm") if c.qk_norm else None, Ref("rope"), mref("positions"), mref("slot"),
             Ref(L + "k_pool"), Ref(L + "v_pool"), mref("block_table"), mref("seq_len"), scratch or None, rows,
             s.max_blocks, s.block_size, self.Hq, self.Hkv, self.D, self.scale, c.rms_norm_eps, S,
-            label=f"{L}qk_norm_rope+attention", l2_ahead=l2_ahead, l2_keep=attention.l2_keep() if l2_ahead else False)
+            label=f"{L}qk_norm_rope+attention", l2_ahead=l2_ahead)
 
     def _fused_layers(self, prog: Program, rows: int, mref, S: int, l2_ahead: int = 0,
                       first_late: bool = False) -> str:

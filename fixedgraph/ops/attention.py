@@ -25,7 +25,7 @@ PREFILL_ROWS_PER_CTA = 128  # (token, query head) rows per CTA
 DECODE_TILE_KEYS = 64  # keys per K/V tile of the tensor-core decode body (D <= 128)
 DECODE_STAGES = 2  # K/V tiles in flight per CTA
 MAX_SPLITS = 32
-L2_AHEAD_TILES = (4,)  # the d128 RoPE entries' _pf4 forms (choose_l2_ahead; _pf4k with l2_keep)
+L2_AHEAD_TILES = (4, 8)  # the d128 RoPE entries' _pf4 / _pf8 forms (choose_l2_ahead)
 ONE_PER_SM_MIB = 24  # one CTA per SM up to this many MiB of K/V a launch on 132 SMs (choose_num_splits)
 ONE_PER_SM_REF_SMS = 132  # the SM count ONE_PER_SM_MIB was measured on (H200); it scales with SMs
 MIN_KEYS_PER_SPLIT = 64  # one tile: at short contexts fewer splits beat more CTAs (A/B: 32, 64, 128, 256 keys)
@@ -117,15 +117,6 @@ def l2_ahead() -> int:
     return int(raw)
 
 
-def l2_keep() -> bool:
-    """FIXEDGRAPH_ATTN_L2_KEEP=1: the K/V lines asked of L2 ahead carry evict_last (the ``_pf{n}k``
-    entries), so that the weights streaming past do not evict them first. An A/B knob."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_L2_KEEP", "0").strip()
-    if raw not in ("0", "1"):
-        raise ValueError(f"FIXEDGRAPH_ATTN_L2_KEEP={raw!r}: give 0 or 1 (default 0)")
-    return raw == "1"
-
-
 def one_per_sm_bytes() -> int:
     """FIXEDGRAPH_ATTN_ONE_PER_SM_MIB (default ONE_PER_SM_MIB; 0: always two CTAs per SM, the
     policy before session 31): the largest K/V a decode launch reads, at its graph's longest
@@ -214,7 +205,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
                           block_table: Arg, seq_len: Arg, scratch: dict[str, Arg] | None, rows: int,
                           max_blocks: int, block_size: int, Hq: int, Hkv: int, D: int, scale: float,
                           eps: float, num_splits: int, label: str = "attention_decode_rope",
-                          l2_ahead: int = 0, l2_keep: bool = False) -> int:
+                          l2_ahead: int = 0) -> int:
     """``qk_norm_rope_kv`` then ``attention_decode`` in one launch (no q buffer round trip).
 
     out: [rows, Hq * D] bf16, written.
@@ -232,8 +223,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
     path bit for bit. Every region must be 16-byte aligned (arena regions are).
     l2_ahead: 0, or (D = 128) one of L2_AHEAD_TILES: the same results from the ``_pf{l2_ahead}``
-      entry, which asks L2 for that many K/V tiles ahead of its stages (``choose_l2_ahead``);
-      l2_keep: with evict_last (the ``_pf{l2_ahead}k`` entry).
+      entry, which asks L2 for that many K/V tiles ahead of its stages (``choose_l2_ahead``).
     PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
     or the pools (in decode programs the staging kernel writes those at least two launches
@@ -245,7 +235,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
         raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
                          f"num_splits={num_splits} must all be >= 1")
-    entry = decode_rope_entry(D, int(num_splits), int(l2_ahead), bool(l2_keep))
+    entry = decode_rope_entry(D, int(num_splits), int(l2_ahead))
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, int(num_splits))
     args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
@@ -271,18 +261,17 @@ def smem_pad_bytes() -> int:
 LONG_MERGE_MIN_SPLITS = 24
 
 
-def decode_rope_entry(D: int, num_splits: int, l2_ahead: int = 0, l2_keep: bool = False) -> str:
+def decode_rope_entry(D: int, num_splits: int, l2_ahead: int = 0) -> str:
     """The fused decode attention entry (QK-norm + RoPE + KV write + split-K decode) to launch.
 
     For head dim D at ``num_splits`` splits, ``l2_ahead`` K/V tiles asked of L2 ahead:
     ``paged_attention_decode_rope_long{pf}_d128`` from LONG_MERGE_MIN_SPLITS on (D = 128;
     off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else ``paged_attention_decode_rope{pf}_d{D}``; ``pf``
-    is ``_pf{l2_ahead}`` for L2_AHEAD_TILES (D = 128 only; ``_pf{l2_ahead}k`` with ``l2_keep``),
-    empty for 0."""
+    is ``_pf{l2_ahead}`` for L2_AHEAD_TILES (D = 128 only), empty for 0."""
     if l2_ahead and (D != 128 or l2_ahead not in L2_AHEAD_TILES):
         raise ValueError(f"attention_decode_rope: {l2_ahead} K/V tiles asked of L2 ahead at head_dim {D}; "
                          f"entries exist for 0 at every head dim and {L2_AHEAD_TILES} at 128")
-    pf = f"_pf{l2_ahead}{'k' if l2_keep else ''}" if l2_ahead else ""
+    pf = f"_pf{l2_ahead}" if l2_ahead else ""
     if (D == 128 and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0"
             and num_splits >= LONG_MERGE_MIN_SPLITS):
         return f"paged_attention_decode_rope_long{pf}_d128"
@@ -292,7 +281,7 @@ def decode_rope_entry(D: int, num_splits: int, l2_ahead: int = 0, l2_keep: bool 
 # Every entry decode_rope_entry can return: fixedgraph.pdl checks their pre-wait reads.
 DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
                                  *(f"paged_attention_decode_rope{m}{pf}_d128" for m in ("", "_long")
-                                   for pf in ("", *(f"_pf{n}{k}" for n in L2_AHEAD_TILES for k in ("", "k"))))})
+                                   for pf in ("", *(f"_pf{n}" for n in L2_AHEAD_TILES)))})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

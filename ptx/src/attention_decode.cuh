@@ -202,9 +202,7 @@ __device__ __forceinline__ void bt_window(int *s_bt, const int *__restrict__ bt,
 // with a CTA's one or two tiles in flight. Keys whose block lies past the shared block-table
 // window (splits of more than kDecBtWindow blocks) are skipped. D = 128: a key's row of a head
 // is 256 B, two 128-byte lines at a 256-byte aligned offset (the pools are 256 B aligned).
-// KEEP: the lines asked with L2::evict_last, so that weights streaming past do not evict them
-// before the tile's copies come.
-template <int D, bool KEEP = false>
+template <int D>
 __device__ __forceinline__ void prefetch_kv_tile_l2(
     const __nv_bfloat16 *k_pool, const __nv_bfloat16 *v_pool, const int *s_bt, int win0, int kbase,
     int kend, const DivBy &bs, size_t tok_stride, unsigned kvh) {
@@ -216,13 +214,8 @@ __device__ __forceinline__ void prefetch_kv_tile_l2(
     const int b = (int)divmod(bs, (unsigned)key, off) - win0;
     if (b >= kDecBtWindow) return;
     const size_t e = ((size_t)s_bt[b] * bs.d + off) * tok_stride + kvh * D + (threadIdx.x & 1) * 64;
-    if constexpr (KEEP) {
-        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(k_pool + e));
-        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(v_pool + e));
-    } else {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(k_pool + e));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(v_pool + e));
-    }
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(k_pool + e));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(v_pool + e));
 }
 
 // p (f32) as hi + lo, both bf16: the P.V MMA then carries ~16 mantissa bits of P, so the result
@@ -360,9 +353,8 @@ __device__ __forceinline__ void rope_pass(
 // predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
 // AHEAD (d128 RoPE entries _pf{AHEAD}): tiles asked of L2 ahead of the tile stages, before the
 // PDL wait (tiles kDecStages .. kDecStages + AHEAD - 1) and then one more per refill, so that the
-// stages' copies hit L2 (prefetch_kv_tile_l2, KEEP: asked with evict_last); 0: none (the code
-// of every other entry).
-template <int D, bool ROPE = false, int MERGE_R = 8, int AHEAD = 0, bool KEEP = false>
+// stages' copies hit L2 (prefetch_kv_tile_l2); 0: none (the code of every other entry).
+template <int D, bool ROPE = false, int MERGE_R = 8, int AHEAD = 0>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
@@ -460,7 +452,7 @@ __device__ __forceinline__ void decode_tc(
             }
             if constexpr (AHEAD > 0) {  // the next tiles asked of L2, also while the predecessor runs
                 for (int t = kDecStages; t < min(n_tiles, kDecStages + AHEAD); ++t)
-                    prefetch_kv_tile_l2<D, KEEP>(k_pool, v_pool, s_bt, win0, sr.start + t * TK, sr.end, bs,
+                    prefetch_kv_tile_l2<D>(k_pool, v_pool, s_bt, win0, sr.start + t * TK, sr.end, bs,
                                            tok_stride, kvh);
             }
             if (!waited) {  // PDL (ROPE): the first tiles fly while the predecessor finishes
@@ -566,7 +558,7 @@ __device__ __forceinline__ void decode_tc(
                                           bs, tok_stride, kvh, sub_key, s_ck, s_cv);
                     if constexpr (AHEAD > 0) {
                         if (kt + kDecStages + AHEAD < n_tiles)
-                            prefetch_kv_tile_l2<D, KEEP>(k_pool, v_pool, s_bt, win0, kb0 + AHEAD * TK, sr.end, bs,
+                            prefetch_kv_tile_l2<D>(k_pool, v_pool, s_bt, win0, kb0 + AHEAD * TK, sr.end, bs,
                                                    tok_stride, kvh);
                     }
                 } else {
@@ -634,7 +626,7 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
-            arrive_and_merge<D, MERGE_R, AHEAD + (KEEP ? 100 : 0)>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
+            arrive_and_merge<D, MERGE_R, AHEAD>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
 }

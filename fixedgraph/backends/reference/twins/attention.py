@@ -171,7 +171,7 @@ for _d in DECODE_ROPE_DIMS:
 twin("paged_attention_decode_rope_long_d128")(_decode_rope(128, "_long"))
 # K/V tiles asked of L2 ahead of the stages (the _pf entries): the same results
 for _m in ("", "_long"):
-    for _n in ("4", "4k"):
+    for _n in (4, 8):
         twin(f"paged_attention_decode_rope{_m}_pf{_n}_d128")(_decode_rope(128, f"{_m}_pf{_n}"))
 
 
