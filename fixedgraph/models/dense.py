@@ -82,8 +82,6 @@ class DenseDecoder:
         self.ctx_buckets = tuple(sorted({b for b in sizes.ctx_buckets if b < sizes.max_model_len}
                                         | {sizes.max_model_len}))
         self.splits = {(w, c): self._num_splits(w, c) for w in sizes.widths for c in self.ctx_buckets}
-        # K/V tiles each graph's attention asks L2 for ahead (FIXEDGRAPH_ATTN_L2_AHEAD; 0 unless set)
-        self.l2_ahead = {(w, c): attention.choose_l2_ahead(c, S, self.D) for (w, c), S in self.splits.items()}
         layouts = list(self.decode_meta.values()) + list(self.prefill_meta.values())
         self.slot_bytes = (max(l.nbytes for l in layouts) + 255) // 256 * 256  # one staging slot
 
@@ -201,10 +199,9 @@ class DenseDecoder:
                 return b
         raise ValueError(f"{num_keys} keys exceed the context of {self.sizes.max_model_len}")
 
-    def _attend_rope(self, prog: Program, L: str, i: int, rows: int, mref, S: int, l2_ahead: int) -> None:
+    def _attend_rope(self, prog: Program, L: str, i: int, rows: int, mref, S: int) -> None:
         """QK-norm + RoPE + KV write + decode attention of layer ``i`` in one launch, with ``S``
-        key splits (merged in-kernel by the last CTA to arrive) and ``l2_ahead`` K/V tiles asked
-        of L2 ahead of the tile stages."""
+        key splits (merged in-kernel by the last CTA to arrive)."""
         c, s = self.cfg, self.sizes
         scratch = {n: Ref(f"scratch.{rows}.{n}") for n in attention.decode_scratch(rows, self.Hq, self.D, S, self.Hkv)}
         attention.attention_decode_rope(
@@ -212,10 +209,9 @@ class DenseDecoder:
             Ref(L + "k_norm") if c.qk_norm else None, Ref("rope"), mref("positions"), mref("slot"),
             Ref(L + "k_pool"), Ref(L + "v_pool"), mref("block_table"), mref("seq_len"), scratch or None, rows,
             s.max_blocks, s.block_size, self.Hq, self.Hkv, self.D, self.scale, c.rms_norm_eps, S,
-            label=f"{L}qk_norm_rope+attention", l2_ahead=l2_ahead)
+            label=f"{L}qk_norm_rope+attention")
 
-    def _fused_layers(self, prog: Program, rows: int, mref, S: int, l2_ahead: int = 0,
-                      first_late: bool = False) -> str:
+    def _fused_layers(self, prog: Program, rows: int, mref, S: int, first_late: bool = False) -> str:
         """The decode layers with each norm folded into the GEMV after it and SiLU*up into the
         gate_up GEMV's epilogue (rows <= 8): five launches per layer. The residual stream ping-pongs between ``hidden`` and
         ``hidden2`` (a fused GEMV reads one and one CTA writes the other); returns the region
@@ -232,7 +228,7 @@ class DenseDecoder:
                               lean=False if first_late and i == 0 else None)
             if i:
                 cur, other = other, cur
-            self._attend_rope(prog, L, i, rows, mref, S, l2_ahead)
+            self._attend_rope(prog, L, i, rows, mref, S)
             gemv.gemv(prog, Ref("delta"), Ref("attn"), Ref(L + "o_w"), None, rows, H, self.Hq * D, label=f"{L}o_proj")
             gemv.gemv_rmsnorm_silu(prog, Ref("act"), Ref(cur), Ref("delta"), Ref(other), Ref(L + "post_norm"),
                                    Ref(L + "gate_up_w"), None, rows, I, H, c.rms_norm_eps,
@@ -306,8 +302,7 @@ class DenseDecoder:
             self._stage(prog, region, nbytes)
             embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
                                     label="embed")
-        cur = self._fused_layers(prog, width, mref, self.splits[(width, ctx)], self.l2_ahead[(width, ctx)],
-                                 first_late=fused_stage)
+        cur = self._fused_layers(prog, width, mref, self.splits[(width, ctx)], first_late=fused_stage)
         head = Ref("embed") if self.cfg.tie_word_embeddings else Ref("lm_head")
         if self._fused_head and not sampling:  # final norm + lm_head + argmax in one launch
             gemv.gemv_rmsnorm_argmax(prog, Ref("logits"), Ref("tokens"), HostPtr(RING), mref("step"),

@@ -25,7 +25,6 @@ PREFILL_ROWS_PER_CTA = 128  # (token, query head) rows per CTA
 DECODE_TILE_KEYS = 64  # keys per K/V tile of the tensor-core decode body (D <= 128)
 DECODE_STAGES = 2  # K/V tiles in flight per CTA
 MAX_SPLITS = 32
-L2_AHEAD_TILES = (4, 8)  # the d128 RoPE entries' _pf4 / _pf8 forms (choose_l2_ahead)
 ONE_PER_SM_MIB = 24  # one CTA per SM up to this many MiB of K/V a launch on 132 SMs (choose_num_splits)
 ONE_PER_SM_REF_SMS = 132  # the SM count ONE_PER_SM_MIB was measured on (H200); it scales with SMs
 MIN_KEYS_PER_SPLIT = 64  # one tile: at short contexts fewer splits beat more CTAs (A/B: 32, 64, 128, 256 keys)
@@ -90,31 +89,6 @@ def choose_num_splits(max_seq_len: int, rows: int, Hkv: int, num_sms: int = 132,
     want = per_sm * num_sms // (rows * Hkv)  # CTAs per (row, kv head) that still fit in one wave
     by_len = max_seq_len // min_keys_per_split()
     return max(1, min(want, by_len, max_splits()))
-
-
-def choose_l2_ahead(max_seq_len: int, num_splits: int, D: int = 128) -> int:
-    """K/V tiles a graph's d128 decode attention asks L2 for ahead of its tile stages (the
-    ``_pf{n}`` entries; 0: none, the other entries).
-
-    ``l2_ahead()`` (FIXEDGRAPH_ATTN_L2_AHEAD, default 0) where it can act: D = 128 and splits of
-    more than DECODE_STAGES tiles at the graph's longest context (shorter splits issue every
-    tile's copies up front anyway)."""
-    ahead = l2_ahead()
-    if ahead == 0 or D != 128 or num_splits < 1 or -(-max_seq_len // num_splits) <= DECODE_STAGES * DECODE_TILE_KEYS:
-        return 0
-    return ahead
-
-
-def l2_ahead() -> int:
-    """FIXEDGRAPH_ATTN_L2_AHEAD: 0 (the default) or one of L2_AHEAD_TILES, the K/V tiles the d128
-    decode attention asks L2 for ahead of its two tile stages (``choose_l2_ahead``). An A/B knob;
-    anything else is refused, naming it."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_L2_AHEAD", "0").strip()
-    allowed = (0, *L2_AHEAD_TILES)
-    if raw not in {str(n) for n in allowed}:
-        raise ValueError(f"FIXEDGRAPH_ATTN_L2_AHEAD={raw!r}: give one of {', '.join(map(str, allowed))} "
-                         f"(K/V tiles asked of L2 ahead of the attention's tile stages; default 0)")
-    return int(raw)
 
 
 def one_per_sm_bytes() -> int:
@@ -204,8 +178,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
                           rope: Arg, positions: Arg, slots: Arg, k_pool: Arg, v_pool: Arg,
                           block_table: Arg, seq_len: Arg, scratch: dict[str, Arg] | None, rows: int,
                           max_blocks: int, block_size: int, Hq: int, Hkv: int, D: int, scale: float,
-                          eps: float, num_splits: int, label: str = "attention_decode_rope",
-                          l2_ahead: int = 0) -> int:
+                          eps: float, num_splits: int, label: str = "attention_decode_rope") -> int:
     """``qk_norm_rope_kv`` then ``attention_decode`` in one launch (no q buffer round trip).
 
     out: [rows, Hq * D] bf16, written.
@@ -222,8 +195,6 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     (seq_len[r]-1) // block_size] * block_size + (seq_len[r]-1) % block_size`` must hold for every
     live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
     path bit for bit. Every region must be 16-byte aligned (arena regions are).
-    l2_ahead: 0, or (D = 128) one of L2_AHEAD_TILES: the same results from the ``_pf{l2_ahead}``
-      entry, which asks L2 for that many K/V tiles ahead of its stages (``choose_l2_ahead``).
     PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
     or the pools (in decode programs the staging kernel writes those at least two launches
@@ -235,12 +206,11 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
         raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
                          f"num_splits={num_splits} must all be >= 1")
-    entry = decode_rope_entry(D, int(num_splits), int(l2_ahead))
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, int(num_splits))
     args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
             int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
-    return prog.launch(entry, (Hkv, rows, int(num_splits)),
+    return prog.launch(decode_rope_entry(D, int(num_splits)), (Hkv, rows, int(num_splits)),
                        (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D) + smem_pad_bytes(),
                        label=label)
 
@@ -261,27 +231,20 @@ def smem_pad_bytes() -> int:
 LONG_MERGE_MIN_SPLITS = 24
 
 
-def decode_rope_entry(D: int, num_splits: int, l2_ahead: int = 0) -> str:
+def decode_rope_entry(D: int, num_splits: int) -> str:
     """The fused decode attention entry (QK-norm + RoPE + KV write + split-K decode) to launch.
 
-    For head dim D at ``num_splits`` splits, ``l2_ahead`` K/V tiles asked of L2 ahead:
-    ``paged_attention_decode_rope_long{pf}_d128`` from LONG_MERGE_MIN_SPLITS on (D = 128;
-    off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else ``paged_attention_decode_rope{pf}_d{D}``; ``pf``
-    is ``_pf{l2_ahead}`` for L2_AHEAD_TILES (D = 128 only), empty for 0."""
-    if l2_ahead and (D != 128 or l2_ahead not in L2_AHEAD_TILES):
-        raise ValueError(f"attention_decode_rope: {l2_ahead} K/V tiles asked of L2 ahead at head_dim {D}; "
-                         f"entries exist for 0 at every head dim and {L2_AHEAD_TILES} at 128")
-    pf = f"_pf{l2_ahead}" if l2_ahead else ""
-    if (D == 128 and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0"
-            and num_splits >= LONG_MERGE_MIN_SPLITS):
-        return f"paged_attention_decode_rope_long{pf}_d128"
-    return f"paged_attention_decode_rope{pf}_d{D}"
+    For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long_d128`` from
+    LONG_MERGE_MIN_SPLITS on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
+    ``paged_attention_decode_rope_d{D}``."""
+    if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
+        return "paged_attention_decode_rope_long_d128"
+    return f"paged_attention_decode_rope_d{D}"
 
 
 # Every entry decode_rope_entry can return: fixedgraph.pdl checks their pre-wait reads.
 DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
-                                 *(f"paged_attention_decode_rope{m}{pf}_d128" for m in ("", "_long")
-                                   for pf in ("", *(f"_pf{n}" for n in L2_AHEAD_TILES)))})
+                                 "paged_attention_decode_rope_long_d128"})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

@@ -304,10 +304,9 @@ DECODE_ENTRY(256, decode_scalar, 0)
 // grid may write qkv but nothing else this entry reads (seq_len, block_table, positions, slots,
 // pool keys); in the decode programs those come from the step's staging kernel and earlier
 // steps (see decode_tc).
-#define DECODE_ROPE_ENTRY(DIM) DECODE_ROPE_ENTRY_R(DIM, , 8, 0)
-// NAME: the entry's suffix before _d{DIM}; R: the split merge's partials per round, AHEAD: K/V
-// tiles asked of L2 ahead of the stages (decode_tc)
-#define DECODE_ROPE_ENTRY_R(DIM, NAME, R, AHEAD)                                               \
+#define DECODE_ROPE_ENTRY(DIM) DECODE_ROPE_ENTRY_R(DIM, , 8)
+// NAME: the entry's suffix before _d{DIM}; R: the split merge's partials per round (decode_tc)
+#define DECODE_ROPE_ENTRY_R(DIM, NAME, R)                                                      \
     extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
         paged_attention_decode_rope##NAME##_d##DIM(                                            \
             bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *qkv,     \
@@ -325,7 +324,7 @@ DECODE_ENTRY(256, decode_scalar, 0)
         }                                                                                       \
         /* decode_tc waits itself, once its first K/V tiles are in flight (PDL prefetch) */     \
         const attn::RopeArgs rp{qkv, q_norm, k_norm, rope, positions, slots, k_pool, v_pool, eps}; \
-        decode_tc<DIM, true, R, AHEAD>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool, \
+        decode_tc<DIM, true, R>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool,        \
                              block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv,       \
                              num_splits, scale, rp);                                            \
     }
@@ -335,16 +334,7 @@ DECODE_ROPE_ENTRY(96)
 DECODE_ROPE_ENTRY(128)
 // Long contexts (24+ splits, fixedgraph/ops/attention.py): the same results, the merge loading
 // 16 splits' partials a round (arrive_and_merge).
-DECODE_ROPE_ENTRY_R(128, _long, 16, 0)
-// The same results with K/V tiles asked of L2 ahead of the two tile stages (AHEAD 4 / 8 tiles,
-// fixedgraph.ops.attention.choose_l2_ahead): a CTA with two stages keeps one or two tiles in
-// flight and streams ~16-20 GB/s from DRAM (session 33); the lookahead lets its copies hit L2,
-// and the tiles asked before the PDL wait load while the predecessor GEMV, its weights long
-// landed, leaves DRAM idle.
-DECODE_ROPE_ENTRY_R(128, _pf4, 8, 4)
-DECODE_ROPE_ENTRY_R(128, _pf8, 8, 8)
-DECODE_ROPE_ENTRY_R(128, _long_pf4, 16, 4)
-DECODE_ROPE_ENTRY_R(128, _long_pf8, 16, 8)
+DECODE_ROPE_ENTRY_R(128, _long, 16)
 
 // out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
 // Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.

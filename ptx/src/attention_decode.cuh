@@ -63,9 +63,7 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // entry (paged_attention_decode_rope_long_d128, 24+ splits) takes 16: two L2 round trips
 // instead of four at 32 splits, with the merge's code only in that entry (session 27-28: any
 // growth of the short entries' merge cost the 0.6B bench more than it gained).
-// TAG: only tells instantiations apart (the caller's L2 lookahead), so that an entry added with
-// another tag leaves the existing entries' code as it was.
-template <int D, int R = 8, int TAG = 0>
+template <int D, int R = 8>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
     const float *o_part,              // [rows, Hq, S, D] f32 (written by other CTAs: no __restrict__)
@@ -195,27 +193,6 @@ __device__ __forceinline__ void bt_window(int *s_bt, const int *__restrict__ bt,
     const int n = min(last - win0 + 1, kDecBtWindow);
     for (int i = threadIdx.x; i < n; i += kDecThreads) s_bt[i] = __ldcg(bt + win0 + i);
     __syncthreads();
-}
-
-// Asks L2 for one K/V tile's rows of kv head kvh (keys kbase.. up to kend), no copy anywhere:
-// a later load_kv_tile of the tile then finds them in L2 instead of paying a DRAM round trip
-// with a CTA's one or two tiles in flight. Keys whose block lies past the shared block-table
-// window (splits of more than kDecBtWindow blocks) are skipped. D = 128: a key's row of a head
-// is 256 B, two 128-byte lines at a 256-byte aligned offset (the pools are 256 B aligned).
-template <int D>
-__device__ __forceinline__ void prefetch_kv_tile_l2(
-    const __nv_bfloat16 *k_pool, const __nv_bfloat16 *v_pool, const int *s_bt, int win0, int kbase,
-    int kend, const DivBy &bs, size_t tok_stride, unsigned kvh) {
-    static_assert(D == 128, "prefetch_kv_tile_l2: rows of two 128-byte lines");
-    static_assert(kDecTileKeys * 2 == kDecThreads, "one line of K and one of V per thread");
-    const int key = kbase + (int)(threadIdx.x >> 1);
-    if (key >= kend) return;
-    unsigned off;
-    const int b = (int)divmod(bs, (unsigned)key, off) - win0;
-    if (b >= kDecBtWindow) return;
-    const size_t e = ((size_t)s_bt[b] * bs.d + off) * tok_stride + kvh * D + (threadIdx.x & 1) * 64;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(k_pool + e));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(v_pool + e));
 }
 
 // p (f32) as hi + lo, both bf16: the P.V MMA then carries ~16 mantissa bits of P, so the result
@@ -351,10 +328,7 @@ __device__ __forceinline__ void rope_pass(
 // the previous layer's attention is late); the grids in between write only activations. Those
 // early reads go through L2 (ld.cg, cp.async.cg), never a possibly stale L1 line. Everything the
 // predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
-// AHEAD (d128 RoPE entries _pf{AHEAD}): tiles asked of L2 ahead of the tile stages, before the
-// PDL wait (tiles kDecStages .. kDecStages + AHEAD - 1) and then one more per refill, so that the
-// stages' copies hit L2 (prefetch_kv_tile_l2); 0: none (the code of every other entry).
-template <int D, bool ROPE = false, int MERGE_R = 8, int AHEAD = 0>
+template <int D, bool ROPE = false, int MERGE_R = 8>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
@@ -449,11 +423,6 @@ __device__ __forceinline__ void decode_tc(
                 } else {
                     cp_async_commit();
                 }
-            }
-            if constexpr (AHEAD > 0) {  // the next tiles asked of L2, also while the predecessor runs
-                for (int t = kDecStages; t < min(n_tiles, kDecStages + AHEAD); ++t)
-                    prefetch_kv_tile_l2<D>(k_pool, v_pool, s_bt, win0, sr.start + t * TK, sr.end, bs,
-                                           tok_stride, kvh);
             }
             if (!waited) {  // PDL (ROPE): the first tiles fly while the predecessor finishes
                 FG_PDL_WAIT();
@@ -556,11 +525,6 @@ __device__ __forceinline__ void decode_tc(
                     }
                     load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, kb0, sr.end,
                                           bs, tok_stride, kvh, sub_key, s_ck, s_cv);
-                    if constexpr (AHEAD > 0) {
-                        if (kt + kDecStages + AHEAD < n_tiles)
-                            prefetch_kv_tile_l2<D>(k_pool, v_pool, s_bt, win0, kb0 + AHEAD * TK, sr.end, bs,
-                                                   tok_stride, kvh);
-                    }
                 } else {
                     cp_async_commit();
                 }
@@ -626,7 +590,7 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
-            arrive_and_merge<D, MERGE_R, AHEAD>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
+            arrive_and_merge<D, MERGE_R>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
 }

@@ -38,11 +38,8 @@ def test_teacher_forced_logits_after_long_prompts(prompt_len, cuda, tmp_path, rn
     check_teacher_forced("tiny-long", "cuda", tmp_path, rng, prompt_len=prompt_len, n_new=24, chunk=256)
 
 
-@pytest.mark.parametrize("l2_ahead", ["0", "4"])
-def test_teacher_forced_logits_at_one_attention_cta_per_sm(l2_ahead, cuda, tmp_path, rng, monkeypatch):
+def test_teacher_forced_logits_at_one_attention_cta_per_sm(cuda, tmp_path, rng):
     # 8 kv heads at ~3k keys: the last context bucket (3032 keys, 12 MiB of K/V a launch) plans
     # one attention CTA per SM (16 splits, choose_num_splits), where 8B-class GQA models decode
-    # 2-6k-token contexts; against float32 transformers. l2_ahead 4: the _pf4 entry (splits of
-    # 190 keys, three tiles; ops.attention.choose_l2_ahead)
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_L2_AHEAD", l2_ahead)
+    # 2-6k-token contexts; against float32 transformers
     check_teacher_forced("qwen3-0.6b", "cuda", tmp_path, rng, prompt_len=3000, n_new=24, chunk=256)

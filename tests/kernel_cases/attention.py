@@ -164,7 +164,7 @@ def _rope_kv_twin(x: dict, rows: int, Hq: int, Hkv: int, D: int, norm: bool) -> 
 
 
 def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
-               norm: bool, lens: list[int], neg_row: int | None, l2_ahead: int = 0) -> KernelCase:
+               norm: bool, lens: list[int], neg_row: int | None) -> KernelCase:
     """Fused QK-norm + RoPE + KV write + decode. Row r's token is key lens[r] - 1 at slot
     slots[r] (the engine's invariant); that pool slot holds NaN before the launch, so a split
     reading it instead of the CTA's own k/v, or a missing write, shows up. Row ``neg_row`` has
@@ -203,8 +203,7 @@ def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D:
     attention_decode_rope(prog, Ref("out"), Ref("qkv"), Ref("q_norm") if norm else None,
                           Ref("k_norm") if norm else None, Ref("rope"), Ref("positions"), Ref("slots"),
                           Ref("k_pool"), Ref("v_pool"), Ref("block_table"), Ref("seq_len"),
-                          scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S,
-                          l2_ahead=l2_ahead)
+                          scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S)
 
     def reference(x):
         qkv = x["qkv"].reshape(rows, heads, D).astype(np.float64)
@@ -366,18 +365,6 @@ ROPE_CASES = {
     "attention_decode_rope_r2_bs16_h28kv4_d128_s32": (2, 16, 28, 4, 128, 32, False, [1500, 40], None),
     "attention_decode_rope_r1_bs16_h24kv8_d128_s24_norm": (1, 16, 24, 8, 128, 24, True, [777], None),
     "attention_decode_rope_r2_bs32_h8kv8_d128_s40": (2, 32, 8, 8, 128, 40, False, [1300, 1299], 0),
-    # the long entry with at most 16 used splits (one merge round: 16 at 1000 keys, 9 at 520)
-    "attention_decode_rope_r2_bs64_h16kv8_d128_s24": (2, 64, 16, 8, 128, 24, False, [1000, 520], None),
-    # K/V tiles asked of L2 ahead (the _pf entries; the last field): splits of 8 tiles (tiles 2-5
-    # before the wait, 6-7 at refills; the token in tile 7 of split 1); the block-table window
-    # moving at bs 1 (the lookahead skips blocks past it); G = 20 (two head passes); the long
-    # merge over splits of 5 tiles, and of 8 with G = 4 at 16 splits
-    "attention_decode_rope_r3_bs16_h16kv8_d128_s2_pf4_norm": (3, 16, 16, 8, 128, 2, True, [1000, 129, 1], 2, 4),
-    "attention_decode_rope_r2_bs1_h8kv2_d128_s1_pf8": (2, 1, 8, 2, 128, 1, False, [1200, 600], None, 8),
-    "attention_decode_rope_r2_bs16_h40kv2_d128_s3_pf4_norm": (2, 16, 40, 2, 128, 3, True, [700, 230], 1, 4),
-    "attention_decode_rope_r2_bs16_h16kv8_d128_s32_pf4": (2, 16, 16, 8, 128, 32, False, [9000, 40], None, 4),
-    "attention_decode_rope_r1_bs32_h32kv8_d128_s24_pf8_norm": (1, 32, 32, 8, 128, 24, True, [12000], None, 8),
-    "attention_decode_rope_r1_bs16_h32kv8_d128_s16_pf8": (1, 16, 32, 8, 128, 16, False, [8200], None, 8),
 }
 
 # name -> (rows, Hq, D, num_splits)

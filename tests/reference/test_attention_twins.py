@@ -51,7 +51,6 @@ def test_every_entry_has_cases():
     want |= {f"paged_attention_decode_rope_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
     want.add("paged_attention_decode_rope_long_d128")  # d128 from LONG_MERGE_MIN_SPLITS splits
-    want |= {f"paged_attention_decode_rope{m}_pf{n}_d128" for m in ("", "_long") for n in ops.L2_AHEAD_TILES}
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
@@ -405,25 +404,3 @@ def test_smem_pad_knob(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SMEM_PAD_KB", "-1")
     with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_SMEM_PAD_KB='-1'"):
         ops.attention_decode_rope(Program("q"), *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)
-
-
-def test_l2_ahead_knob(monkeypatch):
-    # FIXEDGRAPH_ATTN_L2_AHEAD picks the d128 _pf entries where splits outrun the tile stages;
-    # other head dims, short splits and 0 (the default) keep the plain ones; garbage is refused
-    assert ops.choose_l2_ahead(4176, 16) == 0  # default off
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_L2_AHEAD", "4")
-    assert ops.choose_l2_ahead(4176, 16) == 4  # splits of 261 keys: 5 tiles
-    assert ops.choose_l2_ahead(640, 10) == 0  # 64 keys a split: its one tile loads up front
-    assert ops.choose_l2_ahead(2 * ops.DECODE_TILE_KEYS * 16, 16) == 0  # exactly the two stages
-    assert ops.choose_l2_ahead(4176, 16, D=64) == 0
-    assert ops.decode_rope_entry(128, 16, 4) == "paged_attention_decode_rope_pf4_d128"
-    assert ops.decode_rope_entry(128, 32, 8) == "paged_attention_decode_rope_long_pf8_d128"
-    assert ops.decode_rope_entry(128, 16, 0) == "paged_attention_decode_rope_d128"
-    with pytest.raises(ValueError, match="head_dim 64"):
-        ops.decode_rope_entry(64, 16, 4)
-    with pytest.raises(ValueError, match="3 K/V tiles"):
-        ops.decode_rope_entry(128, 16, 3)
-    assert {ops.decode_rope_entry(128, s, n) for s in (16, 32) for n in (0, *ops.L2_AHEAD_TILES)} <= ops.DECODE_ROPE_ENTRIES
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_L2_AHEAD", "5")
-    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_L2_AHEAD='5'"):
-        ops.choose_l2_ahead(4176, 16)

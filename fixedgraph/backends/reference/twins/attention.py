@@ -169,10 +169,6 @@ for _d in DECODE_ROPE_DIMS:
     twin(f"paged_attention_decode_rope_d{_d}")(_decode_rope(_d))
 # the long-context form: the same results (its merge loads more partials a round)
 twin("paged_attention_decode_rope_long_d128")(_decode_rope(128, "_long"))
-# K/V tiles asked of L2 ahead of the stages (the _pf entries): the same results
-for _m in ("", "_long"):
-    for _n in (4, 8):
-        twin(f"paged_attention_decode_rope{_m}_pf{_n}_d128")(_decode_rope(128, f"{_m}_pf{_n}"))
 
 
 @twin("paged_attention_combine")
