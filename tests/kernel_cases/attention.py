@@ -365,6 +365,8 @@ ROPE_CASES = {
     "attention_decode_rope_r2_bs16_h28kv4_d128_s32": (2, 16, 28, 4, 128, 32, False, [1500, 40], None),
     "attention_decode_rope_r1_bs16_h24kv8_d128_s24_norm": (1, 16, 24, 8, 128, 24, True, [777], None),
     "attention_decode_rope_r2_bs32_h8kv8_d128_s40": (2, 32, 8, 8, 128, 40, False, [1300, 1299], 0),
+    # the long entry with at most 16 used splits (one merge round: 16 at 1000 keys, 9 at 520)
+    "attention_decode_rope_r2_bs64_h16kv8_d128_s24": (2, 64, 16, 8, 128, 24, False, [1000, 520], None),
 }
 
 # name -> (rows, Hq, D, num_splits)
