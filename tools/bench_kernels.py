@@ -10,8 +10,10 @@ the table gives µs per launch, GB/s and the fraction of the copy bandwidth meas
 run. ``--smoke`` runs tiny shapes on the reference backend to check the programs only.
 Two attention probes run beside each context: ``attn_rows8_hkv1`` (the same bytes and CTAs with
 each CTA's K/V of a block contiguous: the pool layout's cost) and ``attention_decode_seqbt``
-(blocks in pool order instead of shuffled: the block table's). ``--ctx 32768`` times one context,
-e.g. under ``ncu``. ``--only staging [--staging-kb 48 96 190]``: how fast one CTA per SM brings
+(blocks in pool order instead of shuffled: the block table's); ``attention_decode_l2`` runs
+the same launches over one copy of the K/V, which L2 keeps between launches while it fits (up
+to ~8k keys): the kernel's time without DRAM round trips. ``--ctx 32768`` times one context,
+e.g. under ``ncu``; ``--attn-hq 16``: Qwen3-0.6B's GQA 2 instead of 4. ``--only staging [--staging-kb 48 96 190]``: how fast one CTA per SM brings
 that much global memory into its shared memory, by method (bulk copies by 1-16 issuing threads
 in 4-64 KiB chunks, cp.async, register loads), as aggregate and per-SM GB/s. ``--only hol
 [--hol-kb 0 32 96]``: the latency of L2-hit loads and the issue time of a CTA's copies while that
@@ -128,13 +130,16 @@ def split_candidates(N: int, K: int, kind: str = "plain") -> list:
 
 
 def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8, D: int = 128, bs: int = 16,
-                    rows: int = 1, shuffle: bool = True) -> dict:
+                    rows: int = 1, shuffle: bool = True, l2_resident: bool = False) -> dict:
     """Decode attention of ``rows`` rows of ``ctx`` keys each. rows > 1 with Hkv = 1 is the
     layout probe: the same bytes and CTAs as one row of rows kv heads, but each CTA's K/V of a
-    block is contiguous (block_size * D * 2 bytes) instead of D * 2-byte runs at a Hkv * D stride."""
+    block is contiguous (block_size * D * 2 bytes) instead of D * 2-byte runs at a Hkv * D stride.
+    ``l2_resident``: every launch reads one copy of the K/V, which stays in L2 from launch to
+    launch while it fits (the L2 probe: is the kernel's time its DRAM round trips?)."""
     nblocks = -(-ctx // bs)
     kv_bytes = rows * ctx * Hkv * D * 2 * 2
-    c = copies_for(kv_bytes, smoke)
+    launches = copies_for(kv_bytes, smoke)
+    c = 1 if l2_resident else launches
     S = attention.choose_num_splits(ctx, rows, Hkv, D=D)
     plan = ArenaPlan()
     for i in range(c):
@@ -157,12 +162,13 @@ def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8,
         arena.fill(name, 0)
     scratch = {n: Ref(n) for n in attention.decode_scratch(rows, Hq, D, S, Hkv)} or None
     prog = Program(f"attention.{ctx}")
-    for i in range(c):
-        attention.attention_decode(prog, Ref("out"), Ref("q"), Ref(f"k{i}"), Ref(f"v{i}"), Ref("bt"), Ref("len"),
-                                   scratch, rows, nblocks, bs, Hq, Hkv, D, D ** -0.5, S)
-    kernel = ("attention_decode" if rows == 1 else f"attn_rows{rows}_hkv{Hkv}") + ("" if shuffle else "_seqbt")
+    for i in range(launches):
+        attention.attention_decode(prog, Ref("out"), Ref("q"), Ref(f"k{i % c}"), Ref(f"v{i % c}"), Ref("bt"),
+                                   Ref("len"), scratch, rows, nblocks, bs, Hq, Hkv, D, D ** -0.5, S)
+    kernel = (("attention_decode" if rows == 1 else f"attn_rows{rows}_hkv{Hkv}") + ("" if shuffle else "_seqbt")
+              + ("_l2" if l2_resident else ""))
     return {"kernel": kernel, "shape": f"ctx {ctx} S {S}", "bytes": kv_bytes,
-            **time_program(dev, prog, arena, c, smoke)}
+            **time_program(dev, prog, arena, launches, smoke)}
 
 
 STAGING_VARIANTS = (  # (label, mode, chunk bytes, issuing threads): see stage_probe in runtime_test.cu
@@ -420,6 +426,8 @@ def main() -> int:
     ap.add_argument("--gemv-shape", help="only this GEMV weight shape, NxK (e.g. 1024x2048, under ncu)")
     ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 8192, 16384, 32768],
                     help="attention contexts (e.g. one, under ncu)")
+    ap.add_argument("--attn-hq", type=int, default=32,
+                    help="attention query heads over 8 kv heads (32: 8B-class GQA 4; 16: Qwen3-0.6B's GQA 2)")
     args = ap.parse_args()
     only = set(args.only or ())  # empty: every group of the default run (gemv, attention)
     rng = np.random.default_rng(0)
@@ -432,6 +440,7 @@ def main() -> int:
         rows += bench_gemv(dev, 64, 96, "silu", True, rng)
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=1, D=64, rows=3))
+        rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64, l2_resident=True))
         rows += bench_staging(dev, 4096, True, rng)
         rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
         rows.append(bench_bcast(dev, 2, 4096, 2, True, True, rng))
@@ -481,11 +490,13 @@ def main() -> int:
                     r["model"] = model
                     rows.append(r)
     for ctx in (args.ctx if not only or "attention" in only else ()):
-        rows.append(bench_attention(dev, ctx, False, rng))
+        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq))
         # layout probe: same bytes and CTAs, each CTA's K/V of a block one contiguous run
         rows.append(bench_attention(dev, ctx, False, rng, Hq=4, Hkv=1, rows=8))
         # block-table probe: the blocks in pool order instead of shuffled
-        rows.append(bench_attention(dev, ctx, False, rng, shuffle=False))
+        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, shuffle=False))
+        # L2 probe: the same launches over one copy of the K/V, in L2 while it fits (up to ~8k keys)
+        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, l2_resident=True))
     print(f"copy bandwidth {copy:.0f} GB/s")
     for r in rows:
         r["GBps"] = r["bytes"] / (r["us"] * 1e3)
