@@ -8,14 +8,15 @@ paged decode attention at 4k-32k keys (Hkv 8, D 128, GQA 4). Each case is a grap
 launches over rotating copies of the operands (more bytes than L2 holds), timed with events;
 the table gives µs per launch, GB/s and the fraction of the copy bandwidth measured in the same
 run. ``--smoke`` runs tiny shapes on the reference backend to check the programs only.
-Two attention probes run beside each context: ``attn_rows8_hkv1`` (the same bytes and CTAs with
-each CTA's K/V of a block contiguous: the pool layout's cost) and ``attention_decode_seqbt``
-(blocks in pool order instead of shuffled: the block table's); ``attention_decode_l2`` runs
-the same launches over one copy of the K/V, which L2 keeps between launches while it fits (up
-to ~8k keys): the kernel's time without DRAM round trips. ``--ctx 32768`` times one context,
-e.g. under ``ncu``; ``--attn-hq 16``: Qwen3-0.6B's GQA 2 instead of 4. ``--only staging [--staging-kb 48 96 190]``: how fast one CTA per SM brings
-that much global memory into its shared memory, by method (bulk copies by 1-16 issuing threads
-in 4-64 KiB chunks, cp.async, register loads), as aggregate and per-SM GB/s. ``--only hol
+Three attention probes run beside each context: ``attn_rows8_hkv1`` (the same bytes and CTAs with
+each CTA's K/V of a block contiguous: the pool layout's cost), ``attention_decode_seqbt``
+(blocks in pool order instead of shuffled: the block table's) and ``attention_decode_l2`` (the
+same launches over one copy of the K/V, which L2 keeps between launches while it fits, up to
+~8k keys: the kernel's time without DRAM round trips). ``--ctx 32768`` times one context,
+e.g. under ``ncu``; ``--attn-hq 16``: Qwen3-0.6B's GQA 2 instead of 4. ``--only staging
+[--staging-kb 48 96 190]``: how fast one CTA per SM brings that much global memory into its
+shared memory, by method (bulk copies by 1-16 issuing threads in 4-64 KiB chunks, cp.async,
+register loads), as aggregate and per-SM GB/s. ``--only hol
 [--hol-kb 0 32 96]``: the latency of L2-hit loads and the issue time of a CTA's copies while that
 much of them is in flight from DRAM (cp.async from every thread, or bulk copies). ``--only
 bcast``: how long 1-396 CTAs take to read one small row (4 or 16 KiB, or 16 replicas of it)
