@@ -178,7 +178,8 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
                           rope: Arg, positions: Arg, slots: Arg, k_pool: Arg, v_pool: Arg,
                           block_table: Arg, seq_len: Arg, scratch: dict[str, Arg] | None, rows: int,
                           max_blocks: int, block_size: int, Hq: int, Hkv: int, D: int, scale: float,
-                          eps: float, num_splits: int, label: str = "attention_decode_rope") -> int:
+                          eps: float, num_splits: int, label: str = "attention_decode_rope",
+                          swap: bool | None = None) -> int:
     """``qk_norm_rope_kv`` then ``attention_decode`` in one launch (no q buffer round trip).
 
     out: [rows, Hq * D] bf16, written.
@@ -195,6 +196,8 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     (seq_len[r]-1) // block_size] * block_size + (seq_len[r]-1) % block_size`` must hold for every
     live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
     path bit for bit. Every region must be 16-byte aligned (arena regions are).
+    swap: the ``_sw`` entry (D = 128: query heads on the MMA's N, in passes of 8), the same results
+      up to the order of fp32 sums; None: ``choose_swap`` (FIXEDGRAPH_ATTN_SWAP, off by default).
     PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
     or the pools (in decode programs the staging kernel writes those at least two launches
@@ -206,11 +209,12 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
         raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
                          f"num_splits={num_splits} must all be >= 1")
+    entry = decode_rope_entry(D, int(num_splits), choose_swap(D, Hq, Hkv) if swap is None else bool(swap))
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, int(num_splits))
     args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
             int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
-    return prog.launch(decode_rope_entry(D, int(num_splits)), (Hkv, rows, int(num_splits)),
+    return prog.launch(entry, (Hkv, rows, int(num_splits)),
                        (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D) + smem_pad_bytes(),
                        label=label)
 
@@ -231,20 +235,40 @@ def smem_pad_bytes() -> int:
 LONG_MERGE_MIN_SPLITS = 24
 
 
-def decode_rope_entry(D: int, num_splits: int) -> str:
+def decode_rope_entry(D: int, num_splits: int, swap: bool = False) -> str:
     """The fused decode attention entry (QK-norm + RoPE + KV write + split-K decode) to launch.
 
-    For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long_d128`` from
+    For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long{sw}_d128`` from
     LONG_MERGE_MIN_SPLITS on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
-    ``paged_attention_decode_rope_d{D}``."""
+    ``paged_attention_decode_rope{sw}_d{D}``; ``sw`` is ``_sw`` with ``swap`` (D = 128 only: query
+    heads on the MMA's N), else empty."""
+    if swap and D != 128:
+        raise ValueError(f"attention_decode_rope: the heads-on-N (_sw) entries exist for head_dim 128, not {D}")
+    sw = "_sw" if swap else ""
     if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
-        return "paged_attention_decode_rope_long_d128"
-    return f"paged_attention_decode_rope_d{D}"
+        return f"paged_attention_decode_rope_long{sw}_d128"
+    return f"paged_attention_decode_rope{sw}_d{D}"
+
+
+# The largest GQA group the _sw entries take by default (choose_swap): one pass of 8 heads on N.
+SWAP_MAX_GROUP = 8
+
+
+def choose_swap(D: int, Hq: int, Hkv: int) -> bool:
+    """Whether a decode launch takes the ``_sw`` entry: FIXEDGRAPH_ATTN_SWAP=1 (default 0: an A/B
+    knob), D = 128 and a GQA group of at most SWAP_MAX_GROUP heads (larger groups fill the plain
+    entry's 16 MMA rows better). Anything but 0 or 1 is refused, naming it."""
+    raw = os.environ.get("FIXEDGRAPH_ATTN_SWAP", "0").strip()
+    if raw not in ("0", "1"):
+        raise ValueError(f"FIXEDGRAPH_ATTN_SWAP={raw!r}: give 0 or 1 (query heads on the attention MMA's N; "
+                         f"default 0)")
+    return raw == "1" and D == 128 and Hkv > 0 and Hq // Hkv <= SWAP_MAX_GROUP
 
 
 # Every entry decode_rope_entry can return: fixedgraph.pdl checks their pre-wait reads.
 DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
-                                 "paged_attention_decode_rope_long_d128"})
+                                 "paged_attention_decode_rope_long_d128", "paged_attention_decode_rope_sw_d128",
+                                 "paged_attention_decode_rope_long_sw_d128"})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

@@ -304,9 +304,10 @@ DECODE_ENTRY(256, decode_scalar, 0)
 // grid may write qkv but nothing else this entry reads (seq_len, block_table, positions, slots,
 // pool keys); in the decode programs those come from the step's staging kernel and earlier
 // steps (see decode_tc).
-#define DECODE_ROPE_ENTRY(DIM) DECODE_ROPE_ENTRY_R(DIM, , 8)
-// NAME: the entry's suffix before _d{DIM}; R: the split merge's partials per round (decode_tc)
-#define DECODE_ROPE_ENTRY_R(DIM, NAME, R)                                                      \
+#define DECODE_ROPE_ENTRY(DIM) DECODE_ROPE_ENTRY_R(DIM, , 8, false)
+// NAME: the entry's suffix before _d{DIM}; R: the split merge's partials per round, SWAP: query
+// heads on the MMA's N (decode_tc)
+#define DECODE_ROPE_ENTRY_R(DIM, NAME, R, SWAP)                                                \
     extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
         paged_attention_decode_rope##NAME##_d##DIM(                                            \
             bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *qkv,     \
@@ -324,7 +325,7 @@ DECODE_ENTRY(256, decode_scalar, 0)
         }                                                                                       \
         /* decode_tc waits itself, once its first K/V tiles are in flight (PDL prefetch) */     \
         const attn::RopeArgs rp{qkv, q_norm, k_norm, rope, positions, slots, k_pool, v_pool, eps}; \
-        decode_tc<DIM, true, R>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool,        \
+        decode_tc<DIM, true, R, SWAP>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool,  \
                              block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv,       \
                              num_splits, scale, rp);                                            \
     }
@@ -334,7 +335,11 @@ DECODE_ROPE_ENTRY(96)
 DECODE_ROPE_ENTRY(128)
 // Long contexts (24+ splits, fixedgraph/ops/attention.py): the same results, the merge loading
 // 16 splits' partials a round (arrive_and_merge).
-DECODE_ROPE_ENTRY_R(128, _long, 16)
+DECODE_ROPE_ENTRY_R(128, _long, 16, false)
+// The same results with the query heads on the MMA's N in passes of 8 (decode_tc's SWAP: half the
+// mma a tile for GQA groups of up to 8; fixedgraph.ops.attention.swap_heads).
+DECODE_ROPE_ENTRY_R(128, _sw, 8, true)
+DECODE_ROPE_ENTRY_R(128, _long_sw, 16, true)
 
 // out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
 // Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.

@@ -105,6 +105,14 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The 8x8 b16 matrix held one row pair a lane (lane l: row l/4, columns 2(l%4), 2(l%4)+1),
+// transposed in registers: lane l then holds row l/4 of the transpose.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
+    uint32_t d;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(a));
+    return d;
+}
+
 // exp2 that maps -inf to 0 and never sees (-inf) - (-inf): callers pass a finite max.
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;

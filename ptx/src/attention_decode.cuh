@@ -63,7 +63,9 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // entry (paged_attention_decode_rope_long_d128, 24+ splits) takes 16: two L2 round trips
 // instead of four at 32 splits, with the merge's code only in that entry (session 27-28: any
 // growth of the short entries' merge cost the 0.6B bench more than it gained).
-template <int D, int R = 8>
+// TAG: only tells instantiations apart (the caller's tile layout), so that an entry added with
+// another tag leaves the existing entries' code as it was.
+template <int D, int R = 8, int TAG = 0>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
     const float *o_part,              // [rows, Hq, S, D] f32 (written by other CTAs: no __restrict__)
@@ -328,7 +330,86 @@ __device__ __forceinline__ void rope_pass(
 // the previous layer's attention is late); the grids in between write only activations. Those
 // early reads go through L2 (ld.cg, cp.async.cg), never a possibly stale L1 line. Everything the
 // predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
-template <int D, bool ROPE = false, int MERGE_R = 8>
+namespace attn {
+
+// One warp's 16 keys (from kb) of a K/V tile at shared address `tile` (V one tile later) against
+// the pass's query heads (s_q rows 0-7, zero past the pass's heads), heads on the MMA's N:
+// S^T = K Q^T (8 mma: K as A, Q^T as B), the online softmax per head (column) over the warp's
+// keys, O^T += V^T P^T (2 x D/16 mma: V^T as A by ldmatrix.trans, P^T as B after movmatrix;
+// P as bf16 hi + lo, as decode_tc). o[mt]: O^T rows (dims) mt*16 + gid, + 8, columns (heads)
+// 2 tig, 2 tig + 1; m0/l0, m1/l1: those heads' running max (log2 units) and this lane's sum.
+template <int D>
+__device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, float &m1, float &l0, float &l1,
+                                          uint32_t tile, const __nv_bfloat16 *s_q, int kb, int kend,
+                                          float qscale) {
+    constexpr int LD = D + 8, MT = D / 16, TK = kDecTileKeys;
+    constexpr uint32_t TILE_BYTES = TK * LD * 2;
+    static_assert(D % 32 == 0, "swap_tile: k-steps in pairs");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2;
+    // K as A (x4): matrix lane/8 = (key half (lane/8)&1, dim half lane/16), row lane%8
+    const uint32_t ka = tile + ((warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8) * 2;
+    // V^T as A (x4, transposed): matrix lane/8 = (dim half (lane/8)&1, key half lane/16), row lane%8
+    const uint32_t va = tile + TILE_BYTES + ((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8) * 2;
+    // Q^T as B (x4): matrix lane/8 = dims 8 (lane/8).. of a pair of k-steps, row (head) lane%8
+    const uint32_t qb = smem_addr(s_q + (lane & 7) * LD + (lane >> 3) * 8);
+    float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};  // even / odd k-steps
+#pragma unroll
+    for (int kp = 0; kp < D / 32; ++kp) {
+        uint32_t b[4], a0[4], a1[4];
+        ldmatrix_x4(b, qb + kp * 64);       // k-step 2kp: b[0], b[1]; 2kp + 1: b[2], b[3]
+        ldmatrix_x4(a0, ka + kp * 64);      // dims 32kp .. 32kp + 15
+        ldmatrix_x4(a1, ka + kp * 64 + 32); // dims 32kp + 16 .. 32kp + 31
+        mma_16816(s0, a0, b[0], b[1]);
+        mma_16816(s1, a1, b[2], b[3]);
+    }
+    const bool v0 = kb + gid < kend, v1 = kb + gid + 8 < kend;  // keys gid, gid + 8 (key kb valid)
+    float x0 = v0 ? (s0[0] + s1[0]) * qscale : -INFINITY;  // key gid, head 2 tig
+    float x1 = v0 ? (s0[1] + s1[1]) * qscale : -INFINITY;  // key gid, head 2 tig + 1
+    float x2 = v1 ? (s0[2] + s1[2]) * qscale : -INFINITY;  // key gid + 8, head 2 tig
+    float x3 = v1 ? (s0[3] + s1[3]) * qscale : -INFINITY;  // key gid + 8, head 2 tig + 1
+    float mx0 = fmaxf(x0, x2), mx1 = fmaxf(x1, x3);
+#pragma unroll
+    for (int x = 4; x < 32; x <<= 1) {  // the 8 lanes of a column (same tig) hold its 16 keys
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, x));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, x));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);  // finite: key kb is valid
+    const float c0 = fast_exp2(m0 - mn0), c1 = fast_exp2(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    x0 = fast_exp2(x0 - mn0);
+    x1 = fast_exp2(x1 - mn1);
+    x2 = fast_exp2(x2 - mn0);
+    x3 = fast_exp2(x3 - mn1);
+    l0 = fmaf(l0, c0, x0 + x2);
+    l1 = fmaf(l1, c1, x1 + x3);
+    // P^T in the accumulator layout (lane: key row gid, head columns 2 tig..) transposed per 8x8
+    // into the B layout (lane: keys 2 tig.. on k, head gid on n)
+    uint32_t h0, lo0, h1, lo1;
+    split_bf16x2(x0, x1, h0, lo0);  // keys 0-7
+    split_bf16x2(x2, x3, h1, lo1);  // keys 8-15
+    const uint32_t bh0 = movmatrix_trans(h0), bh1 = movmatrix_trans(h1);
+    const uint32_t bl0 = movmatrix_trans(lo0), bl1 = movmatrix_trans(lo1);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(a, va + mt * 32);  // dims 16mt .. 16mt + 15
+        o[mt][0] *= c0;
+        o[mt][1] *= c1;
+        o[mt][2] *= c0;
+        o[mt][3] *= c1;
+        mma_16816(o[mt], a, bh0, bh1);
+        mma_16816(o[mt], a, bl0, bl1);
+    }
+}
+
+}  // namespace attn
+
+// SWAP (the d128 RoPE entries _sw): each warp's 16 keys on the MMA's M and up to 8 query heads
+// on its N (S^T = K Q^T, O^T = V^T P^T; P^T turned into the B operand by movmatrix), passes of 8
+// heads: 8 + 16 mma a warp and tile instead of 16 + 32 with 16 heads on M, for GQA groups of at
+// most 8 (2 of the 16 M rows hold heads at G = 2). Same results up to the order of fp32 sums.
+template <int D, bool ROPE = false, int MERGE_R = 8, bool SWAP = false>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
@@ -348,6 +429,8 @@ __device__ __forceinline__ void decode_tc(
     constexpr int C4 = D / 4;
     static_assert(D % 16 == 0 && NT % 2 == 0, "decode_tc head dim must be a multiple of 16");
     static_assert(4 * 16 * SO * 4 <= decode_tc_smem(D), "s_o must fit in the tile buffers");
+    constexpr unsigned PASS = SWAP ? 8u : (unsigned)kDecMaxHeads;  // query heads a pass
+    constexpr int MT = D / 16;  // SWAP: dim m-tiles of O^T
 
     extern __shared__ __align__(16) unsigned char dec_smem[];  // decode_tc_smem(D) bytes
     __nv_bfloat16 *s_kv = reinterpret_cast<__nv_bfloat16 *>(dec_smem);  // [stage][K, V][TK][LD]
@@ -395,8 +478,8 @@ __device__ __forceinline__ void decode_tc(
             }
         }
 
-        for (unsigned h0 = 0; h0 < G; h0 += kDecMaxHeads) {
-            const unsigned nh = min(G - h0, (unsigned)kDecMaxHeads);
+        for (unsigned h0 = 0; h0 < G; h0 += PASS) {
+            const unsigned nh = min(G - h0, PASS);
             const size_t head0 = (size_t)row * Hq + kvh * G + h0;
             if constexpr (!ROPE) {
                 // Q rows of this pass -> s_q (rows past nh zero-filled); joins tile 0's cp.async group.
@@ -438,9 +521,11 @@ __device__ __forceinline__ void decode_tc(
             }
             FG_TRACE_MARK(1);  // after the PDL wait (ROPE: q rotated, the current K/V written)
 
-            float o[NT][4];
+            // SWAP: o[mt] holds O^T rows (dims) mt*16 + gid, + 8 at heads 2 tig, 2 tig + 1; m0/l0
+            // and m1/l1 are those two heads' (l: this lane's keys only, summed after the loop).
+            float o[SWAP ? MT : NT][4];
 #pragma unroll
-            for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+            for (int n = 0; n < (SWAP ? MT : NT); ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
             float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows gid, gid + 8
 
             for (int kt = 0; kt < n_tiles; ++kt) {
@@ -451,7 +536,10 @@ __device__ __forceinline__ void decode_tc(
                 cp_async_wait<kDecStages - 1>();  // tile kt landed (later ones may still fly)
                 __syncthreads();
                 if (kt == 0) FG_TRACE_MARK(2);  // the first tile landed
-                if (kb < sr.end) {  // warp-uniform; at least key kb is valid
+                if constexpr (SWAP) {
+                    if (kb < sr.end) swap_tile<D>(o, m0, m1, l0, l1, smem0 + st * 2 * TILE_BYTES, s_q, kb,
+                                                  sr.end, qscale);
+                } else if (kb < sr.end) {  // warp-uniform; at least key kb is valid
                     float s[2][4];
 #pragma unroll
                     for (int j = 0; j < 2; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
@@ -534,12 +622,32 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(3);  // every key of the split computed
 
             // Per-warp results to shared memory: rows gid and gid + 8 of the M tile.
+            float *so = s_o + (size_t)warp * 16 * SO;
+            if constexpr (SWAP) {  // s_o rows are heads as below; l summed over the keys' lanes
+#pragma unroll
+                for (int x = 4; x < 32; x <<= 1) {
+                    l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, x);
+                    l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, x);
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    so[(tig * 2) * SO + mt * 16 + gid] = o[mt][0];
+                    so[(tig * 2 + 1) * SO + mt * 16 + gid] = o[mt][1];
+                    so[(tig * 2) * SO + mt * 16 + gid + 8] = o[mt][2];
+                    so[(tig * 2 + 1) * SO + mt * 16 + gid + 8] = o[mt][3];
+                }
+                if (gid == 0) {
+                    s_m[warp][tig * 2] = m0;
+                    s_m[warp][tig * 2 + 1] = m1;
+                    s_l[warp][tig * 2] = l0;
+                    s_l[warp][tig * 2 + 1] = l1;
+                }
+            } else {
 #pragma unroll
             for (int x = 1; x < 4; x <<= 1) {
                 l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, x);
                 l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, x);
             }
-            float *so = s_o + (size_t)warp * 16 * SO;
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
                 *reinterpret_cast<float2 *>(so + gid * SO + n * 8 + tig * 2) = make_float2(o[n][0], o[n][1]);
@@ -550,6 +658,7 @@ __device__ __forceinline__ void decode_tc(
                 s_m[warp][gid + 8] = m1;
                 s_l[warp][gid] = l0;
                 s_l[warp][gid + 8] = l1;
+            }
             }
             __syncthreads();
 
@@ -590,7 +699,7 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
-            arrive_and_merge<D, MERGE_R>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
+            arrive_and_merge<D, MERGE_R, SWAP ? 1 : 0>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
 }

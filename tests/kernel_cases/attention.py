@@ -164,7 +164,7 @@ def _rope_kv_twin(x: dict, rows: int, Hq: int, Hkv: int, D: int, norm: bool) -> 
 
 
 def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
-               norm: bool, lens: list[int], neg_row: int | None) -> KernelCase:
+               norm: bool, lens: list[int], neg_row: int | None, swap: bool = False) -> KernelCase:
     """Fused QK-norm + RoPE + KV write + decode. Row r's token is key lens[r] - 1 at slot
     slots[r] (the engine's invariant); that pool slot holds NaN before the launch, so a split
     reading it instead of the CTA's own k/v, or a missing write, shows up. Row ``neg_row`` has
@@ -203,7 +203,8 @@ def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D:
     attention_decode_rope(prog, Ref("out"), Ref("qkv"), Ref("q_norm") if norm else None,
                           Ref("k_norm") if norm else None, Ref("rope"), Ref("positions"), Ref("slots"),
                           Ref("k_pool"), Ref("v_pool"), Ref("block_table"), Ref("seq_len"),
-                          scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S)
+                          scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S,
+                          swap=swap)
 
     def reference(x):
         qkv = x["qkv"].reshape(rows, heads, D).astype(np.float64)
@@ -367,6 +368,19 @@ ROPE_CASES = {
     "attention_decode_rope_r2_bs32_h8kv8_d128_s40": (2, 32, 8, 8, 128, 40, False, [1300, 1299], 0),
     # the long entry with at most 16 used splits (one merge round: 16 at 1000 keys, 9 at 520)
     "attention_decode_rope_r2_bs64_h16kv8_d128_s24": (2, 64, 16, 8, 128, 24, False, [1000, 520], None),
+    # query heads on the MMA's N (the _sw entries; the last field): G = 2 over splits of 8 tiles
+    # (the token in tile 7 of split 1); G = 4 with seq_len 1, a token ending a block and one
+    # starting one; G = 7 and G = 1 on the long merge; G = 12 and 20 in passes of 8 (the later
+    # passes take the token from shared memory); the block-table window moving at bs 1; a block
+    # size that is not a power of two
+    "attention_decode_rope_r1_bs16_h16kv8_d128_s2_sw_norm": (1, 16, 16, 8, 128, 2, True, [1000], None, True),
+    "attention_decode_rope_r3_bs16_h32kv8_d128_s7_sw_norm": (3, 16, 32, 8, 128, 7, True, [1, 160, 97], 2, True),
+    "attention_decode_rope_r2_bs16_h28kv4_d128_s32_sw": (2, 16, 28, 4, 128, 32, False, [1500, 40], None, True),
+    "attention_decode_rope_r2_bs32_h8kv8_d128_s40_sw": (2, 32, 8, 8, 128, 40, False, [1300, 1299], 0, True),
+    "attention_decode_rope_r3_bs16_h12kv1_d128_s1_sw": (3, 16, 12, 1, 128, 1, False, [300, 150, 65], None, True),
+    "attention_decode_rope_r2_bs16_h40kv2_d128_s3_sw_norm": (2, 16, 40, 2, 128, 3, True, [700, 230], 1, True),
+    "attention_decode_rope_r2_bs1_h8kv2_d128_s1_sw": (2, 1, 8, 2, 128, 1, False, [1200, 600], None, True),
+    "attention_decode_rope_r3_bs24_h16kv8_d128_s7_sw_norm": (3, 24, 16, 8, 128, 7, True, [97, 24, 1000], None, True),
 }
 
 # name -> (rows, Hq, D, num_splits)

@@ -51,6 +51,7 @@ def test_every_entry_has_cases():
     want |= {f"paged_attention_decode_rope_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
     want.add("paged_attention_decode_rope_long_d128")  # d128 from LONG_MERGE_MIN_SPLITS splits
+    want |= {"paged_attention_decode_rope_sw_d128", "paged_attention_decode_rope_long_sw_d128"}  # heads on N
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
@@ -404,3 +405,25 @@ def test_smem_pad_knob(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SMEM_PAD_KB", "-1")
     with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_SMEM_PAD_KB='-1'"):
         ops.attention_decode_rope(Program("q"), *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)
+
+
+def test_swap_knob(monkeypatch):
+    # FIXEDGRAPH_ATTN_SWAP=1 takes the heads-on-N entries for d128 GQA groups of at most 8;
+    # larger groups, other head dims and 0 (the default) keep the plain ones; garbage is refused
+    assert not ops.choose_swap(128, 16, 8)
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "1")
+    assert ops.choose_swap(128, 16, 8) and ops.choose_swap(128, 8, 8) and ops.choose_swap(128, 64, 8)
+    assert not ops.choose_swap(128, 72, 8) and not ops.choose_swap(64, 16, 8)
+    assert ops.decode_rope_entry(128, 16, True) == "paged_attention_decode_rope_sw_d128"
+    assert ops.decode_rope_entry(128, 32, True) == "paged_attention_decode_rope_long_sw_d128"
+    with pytest.raises(ValueError, match="head_dim 128, not 64"):
+        ops.decode_rope_entry(64, 16, True)
+    refs = [Ref(n) for n in ("o", "qkv", "qn", "kn", "rope", "pos", "slot", "k", "v", "bt", "sl")]
+    prog = Program("p")
+    ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)
+    ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1, swap=False)
+    assert [l.entry for l in prog.launches] == ["paged_attention_decode_rope_sw_d128",
+                                                "paged_attention_decode_rope_d128"]
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "yes")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_SWAP='yes'"):
+        ops.choose_swap(128, 16, 8)
