@@ -312,26 +312,6 @@ __device__ __forceinline__ void rope_pass(
         *reinterpret_cast<uint4 *>(s_q + (nh + i / C8) * LD + (i % C8) * 8) = make_uint4(0u, 0u, 0u, 0u);
 }
 
-}  // namespace attn
-
-// Split-K flash decoding on tensor cores. One CTA = (row, kv head, split); the M dimension of
-// the bf16 m16n8k16 MMA holds up to 16 query heads of the GQA group (zero rows past G), so each
-// K/V tile in shared memory serves the whole group. Warp w owns keys [16w, 16w + 16) of every
-// 64-key tile and keeps its own online softmax; the 4 warps merge through shared memory at the
-// end. Two tiles are in flight (cp.async) while one is computed. P.V uses P split into bf16
-// hi + lo (two MMAs), so P is effectively unrounded, as in the fp32 path.
-// ROPE (paged_attention_decode_rope_d*): q is computed from rp.qkv in the CTA instead of read,
-// and the current token's K/V is written and used as described at those entries (attention.cu).
-// PDL (ROPE only; the plain entry waits before calling): the CTA issues its first work item's
-// first K/V tiles *before* griddepcontrol.wait. What they read was written before the nearest
-// late-signalling grid that precedes this one (pdl.cuh): seq_len, block_table and slots by the
-// step's staging kernel (the embedding gather after it is late), the pool keys other than the
-// current one by earlier steps (the current key is this kernel's own, taken from shared memory;
-// the previous layer's attention is late); the grids in between write only activations. Those
-// early reads go through L2 (ld.cg, cp.async.cg), never a possibly stale L1 line. Everything the
-// predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
-namespace attn {
-
 // One warp's 16 keys (from kb) of a K/V tile at shared address `tile` (V one tile later) against
 // the pass's query heads (s_q rows 0-7, zero past the pass's heads), heads on the MMA's N:
 // S^T = K Q^T (8 mma: K as A, Q^T as B), the online softmax per head (column) over the warp's
@@ -349,7 +329,8 @@ __device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, floa
     // K as A (x4): matrix lane/8 = (key half (lane/8)&1, dim half lane/16), row lane%8
     const uint32_t ka = tile + ((warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8) * 2;
     // V^T as A (x4, transposed): matrix lane/8 = (dim half (lane/8)&1, key half lane/16), row lane%8
-    const uint32_t va = tile + TILE_BYTES + ((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8) * 2;
+    const uint32_t va =
+        tile + TILE_BYTES + ((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8) * 2;
     // Q^T as B (x4): matrix lane/8 = dims 8 (lane/8).. of a pair of k-steps, row (head) lane%8
     const uint32_t qb = smem_addr(s_q + (lane & 7) * LD + (lane >> 3) * 8);
     float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};  // even / odd k-steps
@@ -405,6 +386,22 @@ __device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, floa
 
 }  // namespace attn
 
+// Split-K flash decoding on tensor cores. One CTA = (row, kv head, split); the M dimension of
+// the bf16 m16n8k16 MMA holds up to 16 query heads of the GQA group (zero rows past G), so each
+// K/V tile in shared memory serves the whole group. Warp w owns keys [16w, 16w + 16) of every
+// 64-key tile and keeps its own online softmax; the 4 warps merge through shared memory at the
+// end. Two tiles are in flight (cp.async) while one is computed. P.V uses P split into bf16
+// hi + lo (two MMAs), so P is effectively unrounded, as in the fp32 path.
+// ROPE (paged_attention_decode_rope_d*): q is computed from rp.qkv in the CTA instead of read,
+// and the current token's K/V is written and used as described at those entries (attention.cu).
+// PDL (ROPE only; the plain entry waits before calling): the CTA issues its first work item's
+// first K/V tiles *before* griddepcontrol.wait. What they read was written before the nearest
+// late-signalling grid that precedes this one (pdl.cuh): seq_len, block_table and slots by the
+// step's staging kernel (the embedding gather after it is late), the pool keys other than the
+// current one by earlier steps (the current key is this kernel's own, taken from shared memory;
+// the previous layer's attention is late); the grids in between write only activations. Those
+// early reads go through L2 (ld.cg, cp.async.cg), never a possibly stale L1 line. Everything the
+// predecessor wrote (q, qkv) is read after the wait, which every CTA reaches exactly once.
 // SWAP (the d128 RoPE entries _sw): each warp's 16 keys on the MMA's M and up to 8 query heads
 // on its N (S^T = K Q^T, O^T = V^T P^T; P^T turned into the B operand by movmatrix), passes of 8
 // heads: 8 + 16 mma a warp and tile instead of 16 + 32 with 16 heads on M, for GQA groups of at
