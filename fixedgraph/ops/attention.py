@@ -144,7 +144,7 @@ def _split_scratch(op: str, scratch: dict[str, Arg] | None, rows: int, Hq: int, 
 def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, block_table: Arg,
                      seq_len: Arg, scratch: dict[str, Arg] | None, rows: int, max_blocks: int,
                      block_size: int, Hq: int, Hkv: int, D: int, scale: float, num_splits: int,
-                     label: str = "attention_decode") -> int:
+                     label: str = "attention_decode", swap: bool = False) -> int:
     """Attention of one query token per row over its sequence's paged K/V, in one launch.
 
     out: [rows, Hq * D] bf16, written. q: [rows, Hq * D] bf16 (RoPE applied).
@@ -159,7 +159,8 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
       several non-empty splits each writes its partial (o, m, l) to scratch and the last to
       arrive on the (row, kv head) counter merges them into out; no second launch.
     fp32 softmax; P.V on tensor cores with P as bf16 hi + lo (D <= 128), fp32 for D = 256.
-    Returns the op index.
+    swap: the ``_sw`` entry (D = 128: query heads on the MMA's N, as the fused ``_sw`` entries),
+      the same results up to the order of fp32 sums. Returns the op index.
     """
     op = "attention_decode"
     _check_heads(op, Hq, Hkv, D, DECODE_HEAD_DIMS)
@@ -170,7 +171,10 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, S)
     args = (out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, int(rows),
             int(max_blocks), int(block_size), int(Hq), int(Hkv), int(D), S, float(scale))
-    return prog.launch(f"paged_attention_decode_d{D}", (Hkv, rows, S), (DECODE_THREADS, 1, 1),
+    if swap and D != 128:
+        raise ValueError(f"{op}: the heads-on-N (_sw) entry exists for head_dim 128, not {D}")
+    entry = "paged_attention_decode_sw_d128" if swap else f"paged_attention_decode_d{D}"
+    return prog.launch(entry, (Hkv, rows, S), (DECODE_THREADS, 1, 1),
                        args, shared=decode_shared_bytes(D), label=label)
 
 

@@ -262,8 +262,11 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes() {
     return n;
 }
 
-#define DECODE_ENTRY(DIM, BODY, SMEM)                                                          \
-    extern "C" __global__ void __launch_bounds__(kDecThreads, 2) paged_attention_decode_d##DIM(\
+#define DECODE_ENTRY(DIM, BODY, SMEM) DECODE_ENTRY_N(DIM, , BODY, SMEM)
+// NAME: the entry's suffix before _d{DIM}
+#define DECODE_ENTRY_N(DIM, NAME, BODY, SMEM)                                                  \
+    extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
+        paged_attention_decode##NAME##_d##DIM(                                                 \
         bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *q,            \
         const bf16 *k_pool, const bf16 *v_pool, const int *block_table, const int *seq_len,     \
         unsigned rows, unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv,     \
@@ -280,6 +283,19 @@ DECODE_ENTRY(64, decode_tc, attn::decode_tc_smem(64))
 DECODE_ENTRY(96, decode_tc, attn::decode_tc_smem(96))
 DECODE_ENTRY(128, decode_tc, attn::decode_tc_smem(128))
 DECODE_ENTRY(256, decode_scalar, 0)
+
+// decode_tc with the query heads on the MMA's N (SWAP; the fused _sw entries' body, here for
+// tools/bench_kernels.py's kernel-alone timing)
+template <int D>
+__device__ __forceinline__ void decode_tc_sw(bf16 *out, float *o_part, float *ml_part, unsigned *counters,
+                                             const bf16 *q, const bf16 *k_pool, const bf16 *v_pool,
+                                             const int *block_table, const int *seq_len, unsigned rows,
+                                             unsigned max_blocks, unsigned block_size, unsigned Hq,
+                                             unsigned Hkv, unsigned S, float scale) {
+    decode_tc<D, false, 8, true>(out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, rows,
+                                 max_blocks, block_size, Hq, Hkv, S, scale);
+}
+DECODE_ENTRY_N(128, _sw, decode_tc_sw, attn::decode_tc_smem(128))
 
 // Fused QK-norm + RoPE + KV write + decode attention: qk_norm_rope_kv followed by
 // paged_attention_decode_d{D} in one launch (same splits, scratch, counters, merge and out).

@@ -74,7 +74,7 @@ def _split_scratch(buffers: dict, checks: dict, rows: int, Hq: int, Hkv: int, D:
 
 
 def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
-                 max_len: int = 1500, lens: list[int] | None = None) -> KernelCase:
+                 max_len: int = 1500, lens: list[int] | None = None, swap: bool = False) -> KernelCase:
     """Decode over random or given ``lens``; a len of 0 expects zeros (no keys)."""
     if lens is None:
         lens = [int(x) for x in rng.integers(1, max_len + 1, rows)]
@@ -100,7 +100,7 @@ def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, 
     prog = Program(name)
     attention_decode(prog, Ref("out"), Ref("q"), Ref("k_pool"), Ref("v_pool"), Ref("block_table"),
                      Ref("seq_len"), scratch or None, rows, max_blocks, block_size, Hq, Hkv, D,
-                     scale, S)
+                     scale, S, swap=swap)
 
     def reference(x):
         q = x["q"].reshape(rows, Hq, D).astype(np.float64)
@@ -317,6 +317,11 @@ DECODE_CASES = {
     # block sizes that are not powers of two (the kernel divides by them with a multiply)
     "attention_decode_r3_bs12_h8kv4_d96_s4": (3, 12, 8, 4, 96, 4),
     "attention_decode_r2_bs7_h16kv8_d128_s5": (2, 7, 16, 8, 128, 5),
+    # query heads on the MMA's N (the _sw entry): G = 2 and 4 over random lengths with a padding
+    # row, G = 9 in passes of 8 and 1
+    "attention_decode_r5_bs16_h16kv8_d128_s7_sw": (5, 16, 16, 8, 128, 7, 1500, None, True),
+    "attention_decode_r3_bs32_h32kv8_d128_s4_sw": (3, 32, 32, 8, 128, 4, 1500, None, True),
+    "attention_decode_r5_bs16_h9kv1_d128_s3_sw": (5, 16, 9, 1, 128, 3, 1500, None, True),
 }
 
 # name -> (rows, num_splits, Hq, Hkv, D): seq_len 1 .. past S * block_size (see _split_decode_case)

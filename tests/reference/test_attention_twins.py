@@ -51,7 +51,8 @@ def test_every_entry_has_cases():
     want |= {f"paged_attention_decode_rope_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
     want.add("paged_attention_decode_rope_long_d128")  # d128 from LONG_MERGE_MIN_SPLITS splits
-    want |= {"paged_attention_decode_rope_sw_d128", "paged_attention_decode_rope_long_sw_d128"}  # heads on N
+    want |= {"paged_attention_decode_rope_sw_d128", "paged_attention_decode_rope_long_sw_d128",
+             "paged_attention_decode_sw_d128"}  # heads on N
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine

@@ -98,22 +98,24 @@ def _attend(mem, entry: str, out, o_part, ml_part, counters, qf: np.ndarray, k_p
     mem.view(out, np.uint16, rows * Hq * D)[:] = bf16.from_f32(res.reshape(-1))
 
 
-def _decode(D_entry: int):
+def _decode(D_entry: int, name: str = ""):
     def run(mem, grid, block, out, o_part, ml_part, counters, q, k_pool, v_pool, block_table,
             seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale):
-        entry = f"paged_attention_decode_d{D_entry}"
+        entry = f"paged_attention_decode{name}_d{D_entry}"
         if D != D_entry or Hkv < 1 or Hq % Hkv:
             raise ValueError(f"{entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
         qf = bf16.to_f32(mem.view(q, np.uint16, rows * Hq * D)).reshape(rows, Hkv, Hq // Hkv, D)
         _attend(mem, entry, out, o_part, ml_part, counters, qf, k_pool, v_pool, block_table, seq_len,
                 rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale)
 
-    run.__name__ = f"paged_attention_decode_d{D_entry}"
+    run.__name__ = f"paged_attention_decode{name}_d{D_entry}"
     return run
 
 
 for _d in DECODE_DIMS:
     twin(f"paged_attention_decode_d{_d}")(_decode(_d))
+# query heads on the MMA's N (the _sw entry): the same results
+twin("paged_attention_decode_sw_d128")(_decode(128, "_sw"))
 
 
 def _rotate_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
