@@ -618,14 +618,15 @@ __device__ __forceinline__ void decode_tc(
             __syncthreads();  // NOTE: s_o aliases the tiles
             FG_TRACE_MARK(3);  // every key of the split computed
 
-            // Per-warp results to shared memory: rows gid and gid + 8 of the M tile.
-            float *so = s_o + (size_t)warp * 16 * SO;
-            if constexpr (SWAP) {  // s_o rows are heads as below; l summed over the keys' lanes
+            // Per-warp results to shared memory. l is summed over the lanes that hold a head's
+            // keys: the 4 of a row group, or (SWAP) the 8 of a column.
 #pragma unroll
-                for (int x = 4; x < 32; x <<= 1) {
-                    l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, x);
-                    l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, x);
-                }
+            for (int x = SWAP ? 4 : 1; x < (SWAP ? 32 : 4); x <<= 1) {
+                l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, x);
+                l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, x);
+            }
+            float *so = s_o + (size_t)warp * 16 * SO;
+            if constexpr (SWAP) {  // rows: heads 2 tig, 2 tig + 1; columns: dims
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     so[(tig * 2) * SO + mt * 16 + gid] = o[mt][0];
@@ -639,23 +640,19 @@ __device__ __forceinline__ void decode_tc(
                     s_l[warp][tig * 2] = l0;
                     s_l[warp][tig * 2 + 1] = l1;
                 }
-            } else {
+            } else {  // rows gid and gid + 8 of the M tile
 #pragma unroll
-            for (int x = 1; x < 4; x <<= 1) {
-                l0 += __shfl_xor_sync(0xFFFFFFFFu, l0, x);
-                l1 += __shfl_xor_sync(0xFFFFFFFFu, l1, x);
-            }
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                *reinterpret_cast<float2 *>(so + gid * SO + n * 8 + tig * 2) = make_float2(o[n][0], o[n][1]);
-                *reinterpret_cast<float2 *>(so + (gid + 8) * SO + n * 8 + tig * 2) = make_float2(o[n][2], o[n][3]);
-            }
-            if (tig == 0) {
-                s_m[warp][gid] = m0;
-                s_m[warp][gid + 8] = m1;
-                s_l[warp][gid] = l0;
-                s_l[warp][gid + 8] = l1;
-            }
+                for (int n = 0; n < NT; ++n) {
+                    *reinterpret_cast<float2 *>(so + gid * SO + n * 8 + tig * 2) = make_float2(o[n][0], o[n][1]);
+                    *reinterpret_cast<float2 *>(so + (gid + 8) * SO + n * 8 + tig * 2) =
+                        make_float2(o[n][2], o[n][3]);
+                }
+                if (tig == 0) {
+                    s_m[warp][gid] = m0;
+                    s_m[warp][gid + 8] = m1;
+                    s_l[warp][gid] = l0;
+                    s_l[warp][gid + 8] = l1;
+                }
             }
             __syncthreads();
 
