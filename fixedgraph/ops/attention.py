@@ -200,7 +200,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     (seq_len[r]-1) // block_size] * block_size + (seq_len[r]-1) % block_size`` must hold for every
     live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
     path bit for bit. Every region must be 16-byte aligned (arena regions are).
-    swap: the ``_sw`` entry (D = 128: query heads on the MMA's N, in passes of 8), the same results
+    swap: the ``_sw`` entry (query heads on the MMA's N, in passes of 8), the same results
       up to the order of fp32 sums; None: ``choose_swap`` (FIXEDGRAPH_ATTN_SWAP, off by default).
     PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
@@ -244,10 +244,8 @@ def decode_rope_entry(D: int, num_splits: int, swap: bool = False) -> str:
 
     For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long{sw}_d128`` from
     LONG_MERGE_MIN_SPLITS on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
-    ``paged_attention_decode_rope{sw}_d{D}``; ``sw`` is ``_sw`` with ``swap`` (D = 128 only: query
-    heads on the MMA's N), else empty."""
-    if swap and D != 128:
-        raise ValueError(f"attention_decode_rope: the heads-on-N (_sw) entries exist for head_dim 128, not {D}")
+    ``paged_attention_decode_rope{sw}_d{D}``; ``sw`` is ``_sw`` with ``swap`` (query heads on the
+    MMA's N), else empty."""
     sw = "_sw" if swap else ""
     if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
         return f"paged_attention_decode_rope_long{sw}_d128"
@@ -260,19 +258,19 @@ SWAP_MAX_GROUP = 8
 
 def choose_swap(D: int, Hq: int, Hkv: int) -> bool:
     """Whether a decode launch takes the ``_sw`` entry: FIXEDGRAPH_ATTN_SWAP=1 (default 0: an A/B
-    knob), D = 128 and a GQA group of at most SWAP_MAX_GROUP heads (larger groups fill the plain
-    entry's 16 MMA rows better). Anything but 0 or 1 is refused, naming it."""
+    knob) and a GQA group of at most SWAP_MAX_GROUP heads (larger groups fill the plain entry's 16
+    MMA rows better). Anything but 0 or 1 is refused, naming it."""
     raw = os.environ.get("FIXEDGRAPH_ATTN_SWAP", "0").strip()
     if raw not in ("0", "1"):
         raise ValueError(f"FIXEDGRAPH_ATTN_SWAP={raw!r}: give 0 or 1 (query heads on the attention MMA's N; "
                          f"default 0)")
-    return raw == "1" and D == 128 and Hkv > 0 and Hq // Hkv <= SWAP_MAX_GROUP
+    return raw == "1" and D in DECODE_ROPE_HEAD_DIMS and Hkv > 0 and Hq // Hkv <= SWAP_MAX_GROUP
 
 
 # Every entry decode_rope_entry can return: fixedgraph.pdl checks their pre-wait reads.
 DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
-                                 "paged_attention_decode_rope_long_d128", "paged_attention_decode_rope_sw_d128",
-                                 "paged_attention_decode_rope_long_sw_d128"})
+                                 *(f"paged_attention_decode_rope_sw_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
+                                 "paged_attention_decode_rope_long_d128", "paged_attention_decode_rope_long_sw_d128"})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

@@ -354,6 +354,8 @@ DECODE_ROPE_ENTRY(128)
 DECODE_ROPE_ENTRY_R(128, _long, 16, false)
 // The same results with the query heads on the MMA's N in passes of 8 (decode_tc's SWAP: half the
 // mma a tile for GQA groups of up to 8; fixedgraph.ops.attention.swap_heads).
+DECODE_ROPE_ENTRY_R(64, _sw, 8, true)
+DECODE_ROPE_ENTRY_R(96, _sw, 8, true)
 DECODE_ROPE_ENTRY_R(128, _sw, 8, true)
 DECODE_ROPE_ENTRY_R(128, _long_sw, 16, true)
 

@@ -4,6 +4,14 @@ import pytest
 from tests.model_checks import check_graph_equals_eager, check_greedy, check_teacher_forced
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-odd", "tiny-qwen3"])
+def test_teacher_forced_logits_with_heads_on_n(name, cuda, tmp_path, rng, monkeypatch):
+    # FIXEDGRAPH_ATTN_SWAP=1: the heads-on-N _sw decode entries (ops.attention.choose_swap) at
+    # head dims 64 (G = 2 and 3) and 128 (G = 2) against float32 transformers
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "1")
+    check_teacher_forced(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=64)
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-odd", "qwen3-0.6b"])
 def test_teacher_forced_logits_128_prompt_64_decode(name, cuda, tmp_path, rng):
     check_teacher_forced(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=64)

@@ -386,6 +386,10 @@ ROPE_CASES = {
     "attention_decode_rope_r2_bs16_h40kv2_d128_s3_sw_norm": (2, 16, 40, 2, 128, 3, True, [700, 230], 1, True),
     "attention_decode_rope_r2_bs1_h8kv2_d128_s1_sw": (2, 1, 8, 2, 128, 1, False, [1200, 600], None, True),
     "attention_decode_rope_r3_bs24_h16kv8_d128_s7_sw_norm": (3, 24, 16, 8, 128, 7, True, [97, 24, 1000], None, True),
+    # head dims 64 (SmolLM2's 9 / 3 heads) and 96, over splits of several tiles
+    "attention_decode_rope_r3_bs16_h9kv3_d64_s4_sw_norm": (3, 16, 9, 3, 64, 4, True, [700, 1, 129], 1, True),
+    "attention_decode_rope_r2_bs16_h8kv2_d96_s3_sw": (2, 16, 8, 2, 96, 3, False, [500, 64], None, True),
+    "attention_decode_rope_r2_bs16_h40kv4_d64_s2_sw": (2, 16, 40, 4, 64, 2, False, [300, 17], None, True),
 }
 
 # name -> (rows, Hq, D, num_splits)

@@ -51,8 +51,8 @@ def test_every_entry_has_cases():
     want |= {f"paged_attention_decode_rope_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
     want.add("paged_attention_decode_rope_long_d128")  # d128 from LONG_MERGE_MIN_SPLITS splits
-    want |= {"paged_attention_decode_rope_sw_d128", "paged_attention_decode_rope_long_sw_d128",
-             "paged_attention_decode_sw_d128"}  # heads on N
+    want |= {f"paged_attention_decode_rope_sw_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}  # heads on N
+    want |= {"paged_attention_decode_rope_long_sw_d128", "paged_attention_decode_sw_d128"}
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
@@ -409,16 +409,15 @@ def test_smem_pad_knob(monkeypatch):
 
 
 def test_swap_knob(monkeypatch):
-    # FIXEDGRAPH_ATTN_SWAP=1 takes the heads-on-N entries for d128 GQA groups of at most 8;
-    # larger groups, other head dims and 0 (the default) keep the plain ones; garbage is refused
+    # FIXEDGRAPH_ATTN_SWAP=1 takes the heads-on-N entries for GQA groups of at most 8; larger
+    # groups and 0 (the default) keep the plain ones; garbage is refused
     assert not ops.choose_swap(128, 16, 8)
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "1")
     assert ops.choose_swap(128, 16, 8) and ops.choose_swap(128, 8, 8) and ops.choose_swap(128, 64, 8)
-    assert not ops.choose_swap(128, 72, 8) and not ops.choose_swap(64, 16, 8)
+    assert not ops.choose_swap(128, 72, 8) and ops.choose_swap(64, 9, 3) and ops.choose_swap(96, 16, 4)
     assert ops.decode_rope_entry(128, 16, True) == "paged_attention_decode_rope_sw_d128"
     assert ops.decode_rope_entry(128, 32, True) == "paged_attention_decode_rope_long_sw_d128"
-    with pytest.raises(ValueError, match="head_dim 128, not 64"):
-        ops.decode_rope_entry(64, 16, True)
+    assert ops.decode_rope_entry(64, 32, True) == "paged_attention_decode_rope_sw_d64"
     refs = [Ref(n) for n in ("o", "qkv", "qn", "kn", "rope", "pos", "slot", "k", "v", "bt", "sl")]
     prog = Program("p")
     ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)

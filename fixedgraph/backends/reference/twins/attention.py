@@ -172,7 +172,8 @@ for _d in DECODE_ROPE_DIMS:
 # the long-context form: the same results (its merge loads more partials a round)
 twin("paged_attention_decode_rope_long_d128")(_decode_rope(128, "_long"))
 # query heads on the MMA's N (the _sw entries): the same results
-twin("paged_attention_decode_rope_sw_d128")(_decode_rope(128, "_sw"))
+for _d in DECODE_ROPE_DIMS:
+    twin(f"paged_attention_decode_rope_sw_d{_d}")(_decode_rope(_d, "_sw"))
 twin("paged_attention_decode_rope_long_sw_d128")(_decode_rope(128, "_long_sw"))
 
 
