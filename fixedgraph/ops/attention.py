@@ -167,13 +167,13 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
     if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
         raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
                          f"num_splits={num_splits} must all be >= 1")
+    if swap and D != 128:
+        raise ValueError(f"{op}: the heads-on-N (_sw) entry exists for head_dim 128, not {D}")
+    entry = "paged_attention_decode_sw_d128" if swap else f"paged_attention_decode_d{D}"
     S = int(num_splits)
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, S)
     args = (out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, int(rows),
             int(max_blocks), int(block_size), int(Hq), int(Hkv), int(D), S, float(scale))
-    if swap and D != 128:
-        raise ValueError(f"{op}: the heads-on-N (_sw) entry exists for head_dim 128, not {D}")
-    entry = "paged_attention_decode_sw_d128" if swap else f"paged_attention_decode_d{D}"
     return prog.launch(entry, (Hkv, rows, S), (DECODE_THREADS, 1, 1),
                        args, shared=decode_shared_bytes(D), label=label)
 

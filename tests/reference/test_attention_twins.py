@@ -320,10 +320,15 @@ def test_rope_current_token_comes_from_the_cta_not_the_pool(rng):
     assert np.isfinite(got["out"]).all()
 
 
+def _rope_refs() -> list[Ref]:
+    """Stand-ins for attention_decode_rope's region arguments (out .. seq_len)."""
+    return [Ref(n) for n in ("o", "qkv", "qn", "kn", "rope", "pos", "slot", "k", "v", "bt", "sl")]
+
+
 def test_rope_decode_launch():
     prog = Program("p")
     scratch = {n: Ref(n) for n in ops.decode_scratch(4, 32, 128, 7, 8)}
-    refs = [Ref(n) for n in ("o", "qkv", "qn", "kn", "rope", "pos", "slot", "k", "v", "bt", "sl")]
+    refs = _rope_refs()
     ops.attention_decode_rope(prog, *refs, scratch, 4, 64, 16, 32, 8, 128, 0.088, 1e-6, 7)
     (l,) = prog.launches
     assert (l.entry, l.grid, l.block) == ("paged_attention_decode_rope_d128", (8, 4, 7), (128, 1, 1))
@@ -398,7 +403,7 @@ def test_long_merge_entry_choice(monkeypatch):
 def test_smem_pad_knob(monkeypatch):
     # FIXEDGRAPH_ATTN_SMEM_PAD_KB adds unused shared memory to the fused decode launch (placement
     # A/Bs); garbage is refused, naming it
-    refs = [Ref(n) for n in ("o", "qkv", "qn", "kn", "rope", "pos", "slot", "k", "v", "bt", "sl")]
+    refs = _rope_refs()
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SMEM_PAD_KB", "40")
     prog = Program("p")
     ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)
@@ -418,7 +423,7 @@ def test_swap_knob(monkeypatch):
     assert ops.decode_rope_entry(128, 16, True) == "paged_attention_decode_rope_sw_d128"
     assert ops.decode_rope_entry(128, 32, True) == "paged_attention_decode_rope_long_sw_d128"
     assert ops.decode_rope_entry(64, 32, True) == "paged_attention_decode_rope_sw_d64"
-    refs = [Ref(n) for n in ("o", "qkv", "qn", "kn", "rope", "pos", "slot", "k", "v", "bt", "sl")]
+    refs = _rope_refs()
     prog = Program("p")
     ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)
     ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1, swap=False)
