@@ -249,6 +249,8 @@ def decode_rope_entry(D: int, num_splits: int, swap: bool = False) -> str:
     sw = "_sw" if swap else ""
     if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
         return f"paged_attention_decode_rope_long{sw}_d128"
+    if swap and D == 128 and _swap_mode() == "2":  # the same code with the plain entry's register footprint
+        sw = "_swp"
     return f"paged_attention_decode_rope{sw}_d{D}"
 
 
@@ -257,20 +259,28 @@ SWAP_MAX_GROUP = 8
 
 
 def choose_swap(D: int, Hq: int, Hkv: int) -> bool:
-    """Whether a decode launch takes the ``_sw`` entry: FIXEDGRAPH_ATTN_SWAP=1 (default 0: an A/B
+    """Whether a decode launch takes the ``_sw`` entry: FIXEDGRAPH_ATTN_SWAP=1 or 2 (default 0: an A/B
     knob) and a GQA group of at most SWAP_MAX_GROUP heads (larger groups fill the plain entry's 16
     MMA rows better). Anything but 0 or 1 is refused, naming it."""
+    return _swap_mode() != "0" and D in DECODE_ROPE_HEAD_DIMS and Hkv > 0 and Hq // Hkv <= SWAP_MAX_GROUP
+
+
+def _swap_mode() -> str:
+    """FIXEDGRAPH_ATTN_SWAP: 0 (default), 1 (the _sw entries) or 2 (at d128's short entry
+    ``_swp``: _sw's code holding 48 idle registers, about the plain entry's footprint, so that
+    the same neighbouring CTAs fit beside it; an A/B probe of CTA placement)."""
     raw = os.environ.get("FIXEDGRAPH_ATTN_SWAP", "0").strip()
-    if raw not in ("0", "1"):
-        raise ValueError(f"FIXEDGRAPH_ATTN_SWAP={raw!r}: give 0 or 1 (query heads on the attention MMA's N; "
-                         f"default 0)")
-    return raw == "1" and D in DECODE_ROPE_HEAD_DIMS and Hkv > 0 and Hq // Hkv <= SWAP_MAX_GROUP
+    if raw not in ("0", "1", "2"):
+        raise ValueError(f"FIXEDGRAPH_ATTN_SWAP={raw!r}: give 0, 1 or 2 (query heads on the attention MMA's N; "
+                         f"2: with the plain entry's register footprint at d128; default 0)")
+    return raw
 
 
 # Every entry decode_rope_entry can return: fixedgraph.pdl checks their pre-wait reads.
 DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
                                  *(f"paged_attention_decode_rope_sw_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
-                                 "paged_attention_decode_rope_long_d128", "paged_attention_decode_rope_long_sw_d128"})
+                                 "paged_attention_decode_rope_long_d128", "paged_attention_decode_rope_long_sw_d128",
+                                 "paged_attention_decode_rope_swp_d128"})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

@@ -406,7 +406,10 @@ __device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, floa
 // on its N (S^T = K Q^T, O^T = V^T P^T; P^T turned into the B operand by movmatrix), passes of 8
 // heads: 8 + 16 mma a warp and tile instead of 16 + 32 with 16 heads on M, for GQA groups of at
 // most 8 (2 of the 16 M rows hold heads at G = 2). Same results up to the order of fp32 sums.
-template <int D, bool ROPE = false, int MERGE_R = 8, bool SWAP = false>
+// PAD: registers held live across the whole body and never used (an occupancy probe: the CTA's
+// register footprint decides which neighbouring kernels' CTAs fit beside two of it on an SM;
+// they hold clock reads, which ptxas can neither drop nor rematerialise).
+template <int D, bool ROPE = false, int MERGE_R = 8, bool SWAP = false, int PAD = 0>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
@@ -455,6 +458,9 @@ __device__ __forceinline__ void decode_tc(
     const uint32_t q_lane = smem_addr(s_q + (lane & 15) * LD + (lane >> 4) * 8);
     bool waited = !ROPE;  // PDL: griddepcontrol.wait done (the plain entry waits on entry)
     const DivBy bs = div_by(block_size);
+    unsigned pad[PAD > 0 ? PAD : 1];
+#pragma unroll
+    for (int i = 0; i < PAD; ++i) asm volatile("mov.u32 %0, %%clock;" : "=r"(pad[i]));
 
     for (unsigned row = blockIdx.y; row < rows; row += gridDim.y)
     for (unsigned split = blockIdx.z; split < S; split += gridDim.z)
@@ -696,4 +702,10 @@ __device__ __forceinline__ void decode_tc(
             arrive_and_merge<D, MERGE_R, SWAP ? 1 : 0>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
+    if constexpr (PAD > 0) {  // the idle registers' only use; never true for a launch (Hq >= 1)
+        unsigned x = 0;
+#pragma unroll
+        for (int i = 0; i < PAD; ++i) x += pad[i] * (2u * i + 1u);
+        if (x == 0x9e3779b9u && Hq == 0u) out[0] = __float2bfloat16_rn(0.f);
+    }
 }

@@ -4,11 +4,13 @@ import pytest
 from tests.model_checks import check_graph_equals_eager, check_greedy, check_teacher_forced
 
 
+@pytest.mark.parametrize("mode", ["1", "2"])
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-odd", "tiny-qwen3"])
-def test_teacher_forced_logits_with_heads_on_n(name, cuda, tmp_path, rng, monkeypatch):
-    # FIXEDGRAPH_ATTN_SWAP=1: the heads-on-N _sw decode entries (ops.attention.choose_swap) at
+def test_teacher_forced_logits_with_heads_on_n(name, mode, cuda, tmp_path, rng, monkeypatch):
+    # FIXEDGRAPH_ATTN_SWAP=1: the heads-on-N _sw decode entries (2: d128 on _swp, the same code
+    # holding idle registers; ops.attention.choose_swap) at
     # head dims 64 (G = 2 and 3) and 128 (G = 2) against float32 transformers
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "1")
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", mode)
     check_teacher_forced(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=64)
 
 
@@ -46,11 +48,11 @@ def test_teacher_forced_logits_after_long_prompts(prompt_len, cuda, tmp_path, rn
     check_teacher_forced("tiny-long", "cuda", tmp_path, rng, prompt_len=prompt_len, n_new=24, chunk=256)
 
 
-@pytest.mark.parametrize("swap", ["0", "1"])
+@pytest.mark.parametrize("swap", ["0", "1", "2"])
 def test_teacher_forced_logits_at_one_attention_cta_per_sm(swap, cuda, tmp_path, rng, monkeypatch):
     # 8 kv heads at ~3k keys: the last context bucket (3032 keys, 12 MiB of K/V a launch) plans
     # one attention CTA per SM (16 splits, choose_num_splits), where 8B-class GQA models decode
     # 2-6k-token contexts; against float32 transformers. swap 1: the heads-on-N _sw entry in every
-    # decode graph of the run (G = 2; ops.attention.choose_swap)
+    # decode graph of the run (G = 2; ops.attention.choose_swap), swap 2: its _swp form
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", swap)
     check_teacher_forced("qwen3-0.6b", "cuda", tmp_path, rng, prompt_len=3000, n_new=24, chunk=256)

@@ -429,6 +429,11 @@ def test_swap_knob(monkeypatch):
     ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1, swap=False)
     assert [l.entry for l in prog.launches] == ["paged_attention_decode_rope_sw_d128",
                                                 "paged_attention_decode_rope_d128"]
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "2")  # d128's short entry with 48 idle registers
+    assert ops.choose_swap(128, 16, 8) and not ops.choose_swap(128, 72, 8)
+    assert ops.decode_rope_entry(128, 16, True) == "paged_attention_decode_rope_swp_d128"
+    assert ops.decode_rope_entry(128, 32, True) == "paged_attention_decode_rope_long_sw_d128"
+    assert ops.decode_rope_entry(96, 16, True) == "paged_attention_decode_rope_sw_d96"
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "yes")
     with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_SWAP='yes'"):
         ops.choose_swap(128, 16, 8)
