@@ -183,7 +183,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
                           block_table: Arg, seq_len: Arg, scratch: dict[str, Arg] | None, rows: int,
                           max_blocks: int, block_size: int, Hq: int, Hkv: int, D: int, scale: float,
                           eps: float, num_splits: int, label: str = "attention_decode_rope",
-                          swap: bool | None = None) -> int:
+                          swap: bool | str | None = None) -> int:
     """``qk_norm_rope_kv`` then ``attention_decode`` in one launch (no q buffer round trip).
 
     out: [rows, Hq * D] bf16, written.
@@ -200,8 +200,10 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     (seq_len[r]-1) // block_size] * block_size + (seq_len[r]-1) % block_size`` must hold for every
     live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
     path bit for bit. Every region must be 16-byte aligned (arena regions are).
-    swap: the ``_sw`` entry (query heads on the MMA's N, in passes of 8), the same results
-      up to the order of fp32 sums; None: ``choose_swap`` (FIXEDGRAPH_ATTN_SWAP, off by default).
+    swap: "sw" (or True) the ``_sw`` entries (query heads on the MMA's N, in passes of 8; the
+      same results up to the order of fp32 sums), "swp" d128's ``_swp`` (the same code holding
+      idle registers), "" (or False) the plain ones; None: ``choose_swap`` (FIXEDGRAPH_ATTN_SWAP;
+      by default "swp" at d128 below LONG_MERGE_MIN_SPLITS splits for GQA groups of at most 8).
     PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
     or the pools (in decode programs the staging kernel writes those at least two launches
@@ -213,7 +215,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
         raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
                          f"num_splits={num_splits} must all be >= 1")
-    entry = decode_rope_entry(D, int(num_splits), choose_swap(D, Hq, Hkv) if swap is None else bool(swap))
+    entry = decode_rope_entry(D, int(num_splits), choose_swap(D, Hq, Hkv, int(num_splits)) if swap is None else swap)
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, int(num_splits))
     args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
@@ -239,40 +241,50 @@ def smem_pad_bytes() -> int:
 LONG_MERGE_MIN_SPLITS = 24
 
 
-def decode_rope_entry(D: int, num_splits: int, swap: bool = False) -> str:
+def decode_rope_entry(D: int, num_splits: int, swap: bool | str = "") -> str:
     """The fused decode attention entry (QK-norm + RoPE + KV write + split-K decode) to launch.
 
     For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long{sw}_d128`` from
     LONG_MERGE_MIN_SPLITS on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
-    ``paged_attention_decode_rope{sw}_d{D}``; ``sw`` is ``_sw`` with ``swap`` (query heads on the
-    MMA's N), else empty."""
-    sw = "_sw" if swap else ""
+    ``paged_attention_decode_rope{sw}_d{D}``. ``swap``: "" / False (``sw`` empty), "sw" / True
+    (``_sw``: query heads on the MMA's N) or "swp" (``_swp`` at d128's short entry, ``_sw``'s
+    code with the plain entry's register footprint; ``_long_sw`` on the long one)."""
+    mode = {False: "", True: "sw"}.get(swap, swap) if isinstance(swap, bool) else swap
+    if mode not in ("", "sw", "swp") or (mode == "swp" and D != 128):
+        raise ValueError(f"decode_rope_entry: swap={swap!r} at head dim {D}: give '', 'sw' or (D = 128) 'swp'")
     if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
-        return f"paged_attention_decode_rope_long{sw}_d128"
-    if swap and D == 128 and _swap_mode() == "2":  # the same code with the plain entry's register footprint
-        sw = "_swp"
-    return f"paged_attention_decode_rope{sw}_d{D}"
+        return f"paged_attention_decode_rope_long{'_sw' if mode else ''}_d128"
+    return f"paged_attention_decode_rope{'_' + mode if mode else ''}_d{D}"
 
 
-# The largest GQA group the _sw entries take by default (choose_swap): one pass of 8 heads on N.
+# The largest GQA group the _sw entries take (choose_swap): one pass of 8 heads on N.
 SWAP_MAX_GROUP = 8
 
 
-def choose_swap(D: int, Hq: int, Hkv: int) -> bool:
-    """Whether a decode launch takes the ``_sw`` entry: FIXEDGRAPH_ATTN_SWAP=1 or 2 (default 0: an A/B
-    knob) and a GQA group of at most SWAP_MAX_GROUP heads (larger groups fill the plain entry's 16
-    MMA rows better). Anything but 0 or 1 is refused, naming it."""
-    return _swap_mode() != "0" and D in DECODE_ROPE_HEAD_DIMS and Hkv > 0 and Hq // Hkv <= SWAP_MAX_GROUP
+def choose_swap(D: int, Hq: int, Hkv: int, num_splits: int = 1) -> str:
+    """Which heads-on-N form a fused decode launch takes ("sw", "swp" or "": decode_rope_entry), by
+    FIXEDGRAPH_ATTN_SWAP: 2 (the default) at head dim 128 below LONG_MERGE_MIN_SPLITS splits
+    (``_swp``), 1 at every head dim and split count (``_sw``, ``_long_sw``), 0 never; always
+    only for GQA groups of at most SWAP_MAX_GROUP heads (larger groups fill the plain entry's
+    16 MMA rows better). Session 35 (same-call A/B, two rounds): ``_swp`` on Qwen3-0.6B -2.3% a
+    token at 4176 keys and -0.15% at the 128 + 512 bench, Qwen3-8B -0.3% at 4k; ``_sw``, whose
+    183 registers let a neighbouring kernel's CTA onto an SM beside two of its CTAs, +6.5% on
+    0.6B at 128 + 512. Head dims 64 / 96 and the long entry have not been timed with swap."""
+    mode = _swap_mode()
+    if mode == "0" or D not in DECODE_ROPE_HEAD_DIMS or Hkv < 1 or Hq // Hkv > SWAP_MAX_GROUP:
+        return ""
+    if mode == "1":
+        return "sw"
+    return "swp" if D == 128 and num_splits < LONG_MERGE_MIN_SPLITS else ""
 
 
 def _swap_mode() -> str:
-    """FIXEDGRAPH_ATTN_SWAP: 0 (default), 1 (the _sw entries) or 2 (at d128's short entry
-    ``_swp``: _sw's code holding 48 idle registers, about the plain entry's footprint, so that
-    the same neighbouring CTAs fit beside it; an A/B probe of CTA placement)."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_SWAP", "0").strip()
+    """FIXEDGRAPH_ATTN_SWAP: 2 (default; see choose_swap), 1 or 0."""
+    raw = os.environ.get("FIXEDGRAPH_ATTN_SWAP", "2").strip()
     if raw not in ("0", "1", "2"):
-        raise ValueError(f"FIXEDGRAPH_ATTN_SWAP={raw!r}: give 0, 1 or 2 (query heads on the attention MMA's N; "
-                         f"2: with the plain entry's register footprint at d128; default 0)")
+        raise ValueError(f"FIXEDGRAPH_ATTN_SWAP={raw!r}: give 2 (default: d128's short entry as _swp), "
+                         f"1 (the _sw entries at every head dim) or 0 (never; query heads on the "
+                         f"attention MMA's M)")
     return raw
 
 

@@ -164,7 +164,7 @@ def _rope_kv_twin(x: dict, rows: int, Hq: int, Hkv: int, D: int, norm: bool) -> 
 
 
 def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
-               norm: bool, lens: list[int], neg_row: int | None, swap: bool = False) -> KernelCase:
+               norm: bool, lens: list[int], neg_row: int | None, swap: bool | str = "") -> KernelCase:
     """Fused QK-norm + RoPE + KV write + decode. Row r's token is key lens[r] - 1 at slot
     slots[r] (the engine's invariant); that pool slot holds NaN before the launch, so a split
     reading it instead of the CTA's own k/v, or a missing write, shows up. Row ``neg_row`` has
@@ -390,6 +390,11 @@ ROPE_CASES = {
     "attention_decode_rope_r3_bs16_h9kv3_d64_s4_sw_norm": (3, 16, 9, 3, 64, 4, True, [700, 1, 129], 1, True),
     "attention_decode_rope_r2_bs16_h8kv2_d96_s3_sw": (2, 16, 8, 2, 96, 3, False, [500, 64], None, True),
     "attention_decode_rope_r2_bs16_h40kv4_d64_s2_sw": (2, 16, 40, 4, 64, 2, False, [300, 17], None, True),
+    # _swp (the d128 _sw code holding idle registers): G = 2 over splits of 8 tiles, G = 4 with a
+    # padding row, G = 12 in two passes at 16 splits
+    "attention_decode_rope_r1_bs16_h16kv8_d128_s2_swp_norm": (1, 16, 16, 8, 128, 2, True, [1000], None, "swp"),
+    "attention_decode_rope_r3_bs16_h32kv8_d128_s7_swp_norm": (3, 16, 32, 8, 128, 7, True, [1, 160, 97], 2, "swp"),
+    "attention_decode_rope_r2_bs16_h12kv1_d128_s16_swp": (2, 16, 12, 1, 128, 16, False, [1500, 333], None, "swp"),
 }
 
 # name -> (rows, Hq, D, num_splits)

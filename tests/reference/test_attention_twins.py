@@ -52,7 +52,8 @@ def test_every_entry_has_cases():
     want |= {f"paged_attention_prefill_d{d}" for d in ops.PREFILL_HEAD_DIMS}
     want.add("paged_attention_decode_rope_long_d128")  # d128 from LONG_MERGE_MIN_SPLITS splits
     want |= {f"paged_attention_decode_rope_sw_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}  # heads on N
-    want |= {"paged_attention_decode_rope_long_sw_d128", "paged_attention_decode_sw_d128"}
+    want |= {"paged_attention_decode_rope_long_sw_d128", "paged_attention_decode_sw_d128",
+             "paged_attention_decode_rope_swp_d128"}
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
@@ -331,7 +332,8 @@ def test_rope_decode_launch():
     refs = _rope_refs()
     ops.attention_decode_rope(prog, *refs, scratch, 4, 64, 16, 32, 8, 128, 0.088, 1e-6, 7)
     (l,) = prog.launches
-    assert (l.entry, l.grid, l.block) == ("paged_attention_decode_rope_d128", (8, 4, 7), (128, 1, 1))
+    # G = 4: the default heads-on-N form (choose_swap)
+    assert (l.entry, l.grid, l.block) == ("paged_attention_decode_rope_swp_d128", (8, 4, 7), (128, 1, 1))
     assert l.shared == ops.decode_shared_bytes(128)
     assert l.args[:5] == (Ref("o"), Ref(ops.SCRATCH_O), Ref(ops.SCRATCH_ML), Ref(ops.SCRATCH_COUNT), Ref("qkv"))
     assert l.args[-3:] == (7, 0.088, 1e-6)
@@ -414,26 +416,41 @@ def test_smem_pad_knob(monkeypatch):
 
 
 def test_swap_knob(monkeypatch):
-    # FIXEDGRAPH_ATTN_SWAP=1 takes the heads-on-N entries for GQA groups of at most 8; larger
-    # groups and 0 (the default) keep the plain ones; garbage is refused
-    assert not ops.choose_swap(128, 16, 8)
+    # FIXEDGRAPH_ATTN_SWAP: 2 (the default) takes _swp at d128's short entry for GQA groups of at
+    # most 8 and the plain entries elsewhere (other head dims, 24+ splits, larger groups); 1 the
+    # _sw entries at every head dim and split count; 0 never; garbage is refused
+    refs = _rope_refs()
+
+    def entries(*splits):
+        prog = Program("p")
+        for S in splits:
+            scratch = {n: Ref(n) for n in ops.decode_scratch(1, 16, 128, S, 8)} or None
+            ops.attention_decode_rope(prog, *refs, scratch, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, S)
+        ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1, swap=False)
+        return [l.entry for l in prog.launches]
+
+    monkeypatch.delenv("FIXEDGRAPH_ATTN_SWAP", raising=False)
+    assert ops.choose_swap(128, 16, 8) == ops.choose_swap(128, 64, 8, 23) == "swp"
+    assert ops.choose_swap(128, 16, 8, 24) == ops.choose_swap(128, 72, 8) == ""
+    assert ops.choose_swap(64, 9, 3) == ops.choose_swap(96, 16, 4) == ""
+    assert ops.decode_rope_entry(128, 16, "swp") == "paged_attention_decode_rope_swp_d128"
+    assert ops.decode_rope_entry(128, 32, "swp") == "paged_attention_decode_rope_long_sw_d128"
+    assert ops.decode_rope_entry(128, 16, True) == ops.decode_rope_entry(128, 16, "sw") == \
+        "paged_attention_decode_rope_sw_d128"
+    with pytest.raises(ValueError, match="swap='swp' at head dim 64"):
+        ops.decode_rope_entry(64, 4, "swp")
+    assert entries(1, 32) == ["paged_attention_decode_rope_swp_d128", "paged_attention_decode_rope_long_d128",
+                              "paged_attention_decode_rope_d128"]
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "1")
-    assert ops.choose_swap(128, 16, 8) and ops.choose_swap(128, 8, 8) and ops.choose_swap(128, 64, 8)
-    assert not ops.choose_swap(128, 72, 8) and ops.choose_swap(64, 9, 3) and ops.choose_swap(96, 16, 4)
-    assert ops.decode_rope_entry(128, 16, True) == "paged_attention_decode_rope_sw_d128"
+    assert ops.choose_swap(128, 16, 8) == ops.choose_swap(128, 8, 8) == ops.choose_swap(128, 64, 8, 32) == "sw"
+    assert ops.choose_swap(128, 72, 8) == "" and ops.choose_swap(64, 9, 3) == ops.choose_swap(96, 16, 4) == "sw"
     assert ops.decode_rope_entry(128, 32, True) == "paged_attention_decode_rope_long_sw_d128"
     assert ops.decode_rope_entry(64, 32, True) == "paged_attention_decode_rope_sw_d64"
-    refs = _rope_refs()
-    prog = Program("p")
-    ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1)
-    ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1, swap=False)
-    assert [l.entry for l in prog.launches] == ["paged_attention_decode_rope_sw_d128",
-                                                "paged_attention_decode_rope_d128"]
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "2")  # d128's short entry with 48 idle registers
-    assert ops.choose_swap(128, 16, 8) and not ops.choose_swap(128, 72, 8)
-    assert ops.decode_rope_entry(128, 16, True) == "paged_attention_decode_rope_swp_d128"
-    assert ops.decode_rope_entry(128, 32, True) == "paged_attention_decode_rope_long_sw_d128"
-    assert ops.decode_rope_entry(96, 16, True) == "paged_attention_decode_rope_sw_d96"
+    assert entries(1, 32) == ["paged_attention_decode_rope_sw_d128", "paged_attention_decode_rope_long_sw_d128",
+                              "paged_attention_decode_rope_d128"]
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "0")
+    assert ops.choose_swap(128, 16, 8) == ""
+    assert entries(1) == ["paged_attention_decode_rope_d128"] * 2
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "yes")
     with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_SWAP='yes'"):
         ops.choose_swap(128, 16, 8)
