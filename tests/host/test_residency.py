@@ -1,0 +1,66 @@
+"""Co-residency arithmetic (fixedgraph.residency) and the decode attention's footprint class."""
+import shutil
+
+import pytest
+
+from fixedgraph import ptx, residency
+from fixedgraph.ops.attention import decode_shared_bytes
+from fixedgraph.residency import Footprint, SmLimits, fit_beside
+
+ROW = Footprint(80, 256, 8768 + 66 * 1024)  # Qwen3-0.6B's norm + qkv GEMV CTA (~74 KB of shared)
+
+
+def test_register_and_shared_rounding():
+    sm = SmLimits()
+    assert Footprint(183, 128, 0).reg_bytes(sm) == 4 * 32 * 184  # per warp, in units of 256
+    assert Footprint(225, 128, 0).reg_bytes(sm) == 4 * 32 * 232
+    assert Footprint(1, 40, 0).reg_bytes(sm) == 2 * 256  # a partial warp holds a whole warp's
+    assert Footprint(32, 128, 1).smem_bytes(sm) == 1024 + 128  # the system's 1 KB + one unit
+
+
+def test_fit_beside_session_35():
+    # the measured case: one attention CTA at 183 registers starts beside two norm + qkv CTAs,
+    # one at 225 (the plain entry) or 230 (_swp) does not; alone, two fit either way
+    attn = {r: Footprint(r, 128, 7440 + decode_shared_bytes(128)) for r in (183, 225, 230)}
+    assert [fit_beside(attn[r], [(ROW, 2)]) for r in (183, 225, 230)] == [1, 0, 0]
+    assert [fit_beside(attn[r], []) for r in (183, 225, 230)] == [2, 2, 2]
+    assert fit_beside(attn[225], [(ROW, 1)]) == 1
+    assert fit_beside(ROW, []) == 3 and fit_beside(ROW, [(ROW, 3)]) == 0
+    assert fit_beside(ROW, [(ROW, 4)]) == 0  # overfilled residents: nothing, not a negative count
+
+
+def test_fit_beside_other_limits():
+    tiny = Footprint(16, 32, 0)
+    assert fit_beside(tiny, []) == 32  # the CTA limit
+    assert fit_beside(Footprint(16, 1024, 0), []) == 2  # the thread limit
+    assert fit_beside(Footprint(16, 32, 100 * 1024), []) == 2  # shared memory: 2 x 101 KB of 228
+    assert fit_beside(Footprint(16, 32, 0), [(tiny, 31)]) == 1
+
+
+def test_parse_ptxas_verbose():
+    text = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k_a' for 'sm_90'
+ptxas info    : Function properties for k_a
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 183 registers, used 1 barriers, 7440 bytes smem
+ptxas info    : Compiling entry function 'k_b' for 'sm_90'
+ptxas info    : Function properties for k_b
+ptxas info    : Used 12 registers
+"""
+    assert residency.parse_ptxas_verbose(text) == {"k_a": (183, 7440), "k_b": (12, 0)}
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
+def test_swp_keeps_the_plain_entrys_footprint_class():
+    # _swp exists to hold the plain d128 entry's register footprint (its idle registers are
+    # clock reads ptxas must keep): beside two norm + qkv CTAs neither fits, _sw does
+    table = residency.ptxas_footprints(ptx.module_paths()["attention"])
+    smem = decode_shared_bytes(128)
+
+    def fits(entry):
+        regs, static = table[entry]
+        return fit_beside(Footprint(regs, 128, static + smem), [(ROW, 2)])
+
+    assert fits("paged_attention_decode_rope_d128") == 0
+    assert fits("paged_attention_decode_rope_swp_d128") == 0
+    assert fits("paged_attention_decode_rope_sw_d128") == 1
