@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fixedgraph.residency import parse_ptxas_verbose  # noqa: E402
 # One layer of the greedy decode chain (docs/KERNELS.md): norm + qkv, fused RoPE attention (head
 # dim 128), o_proj, norm + gate_up + SiLU (norm + qkv's entry again), down_proj (o_proj's).
 DECODE_LAYER = ("gemv_rmsnorm_bf16_row", "paged_attention_decode_rope_d128", "gemv_bf16_vec")
@@ -34,34 +36,20 @@ def text_sizes(cubin: Path, readelf: str) -> dict[str, int]:
     return sizes
 
 
-def entry_stats(log: str, pattern: str) -> dict[str, int]:
-    """Per entry, the number ``pattern``'s group captures on its ptxas -v "Used ..." line."""
-    out, entry = {}, None
-    for line in log.splitlines():
-        m = re.search(r"Compiling entry function '(\w+)'", line)
-        if m:
-            entry = m.group(1)
-        m = re.search(pattern, line)
-        if m and entry:
-            out[entry] = int(m.group(1))
-    return out
-
-
 def registers(log: str) -> dict[str, int]:
     """Registers of each entry from ptxas -v output."""
-    return entry_stats(log, r"Used (\d+) registers")
+    return {e: regs for e, (regs, _) in parse_ptxas_verbose(log).items()}
 
 
 def static_smem(log: str) -> dict[str, int]:
-    """Static shared memory bytes of each entry from ptxas -v output."""
-    return entry_stats(log, r"Used \d+ registers.*?(\d+) bytes smem")
+    """Static shared memory bytes of each entry from ptxas -v output (0 where none)."""
+    return {e: smem for e, (_, smem) in parse_ptxas_verbose(log).items()}
 
 
 def smem_budget() -> dict[str, int]:
     """Static shared memory the launchers assume (fixedgraph.ops.gemv): more in the PTX would
     make a launch ask for more than an SM has, or fit fewer CTAs per SM than its preload depth
     was sized for."""
-    sys.path.insert(0, str(ROOT))
     from fixedgraph.ops import gemv
 
     return {e: gemv.STATIC_SMEM for e in ("gemv_bf16", "gemv_bf16_vec", "gemv_rmsnorm_bf16_row",
