@@ -208,19 +208,20 @@ def table(times: list[LaunchTimes], roles: bool = False) -> str:
         return f"{r['entry']} {r['role']}" if roles else r["entry"]
 
     first = "entry role" if roles else "entry"
-    lines = [f"{first:34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'late':>5s} {'last':>5s} {'early':>7s} {'release':>7s} "
+    rows = by_role(times) if roles else by_entry(times)
+    w = max([34, *(len(name(r)) for r in rows)])  # whole names: _sw / _swp entries differ at the end
+    lines = [f"{first:{w}s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'late':>5s} {'last':>5s} {'early':>7s} {'release':>7s} "
              f"{'after':>7s} {'step':>7s} {'spread':>7s}   (µs per launch, means; late: CTAs that started only after "
              "the predecessor's last CTA exited; last: launches whose last exit was such a CTA's; early: resident "
              "before the predecessor's last CTA exited; release: its first wait passed after that exit; after: run "
              "after that wait; step: its last exit after the predecessor's; spread: a CTA's last warp past the wait "
              "after its first, median CTA)"]
-    rows = by_role(times) if roles else by_entry(times)
     for r in rows:
         marks = "" if not r["marks_us"] else "   marks " + " ".join("-" if m is None else f"{m:.2f}"
                                                                  for m in r["marks_us"])
         if r["cta_marks_us"]:
             marks += "   per CTA " + " ".join("-" if m is None else f"{m:.2f}" for m in r["cta_marks_us"])
-        lines.append(f"{name(r)[:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {pct(r['late_share'])} "
+        lines.append(f"{name(r):{w}s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} {pct(r['late_share'])} "
                      f"{pct(r['last_exit_late'])} {f(r['early_us'])} "
                      f"{f(r['release_us'])} {f(r['after_wait_us'])} {f(r['step_us'])} {f(r['wait_spread_us'])}{marks}")
     if any(r["marks_us"] for r in rows):
@@ -329,14 +330,15 @@ def _placement(per_launch: list[tuple], ahead: int) -> list[dict]:
 
 def placement_table(rows: list[dict]) -> str:
     ahead = len(rows[0]["shared_with"]) if rows else 0
-    lines = [f"{'entry':34s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'1/SM':>5s} {'2/SM':>5s} {'3+/SM':>5s}   "
+    w = max([34, *(len(r["entry"]) for r in rows)])
+    lines = [f"{'entry':{w}s} {'n':>3s} {'CTAs':>5s} {'SMs':>5s} {'1/SM':>5s} {'2/SM':>5s} {'3+/SM':>5s}   "
              + " ".join(f"{'+' + str(k):>5s}" for k in range(1, ahead + 1))
              + f"   {'p10':>6s} {'p50':>6s} {'p90':>6s}"
              + "   (CTAs on an SM holding 1 / 2 / 3+ CTAs of their launch; +k: CTAs whose SM held a CTA of "
              "the launch k later at the same time; p10 / p50 / p90: a CTA's µs from its wait to its exit; means over "
              "launches)"]
     for r in rows:
-        lines.append(f"{r['entry'][:34]:34s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} "
+        lines.append(f"{r['entry']:{w}s} {r['launches']:3d} {r['ctas']:5d} {r['sms']:5.0f} "
                      + " ".join(f"{100 * v:4.0f}%" for v in r["stack"]) + "   "
                      + " ".join(f"{100 * v:4.0f}%" for v in r["shared_with"]) + "   "
                      + " ".join(f"{v:6.2f}" for v in r["cta_us"]))
