@@ -247,14 +247,15 @@ def decode_rope_entry(D: int, num_splits: int, swap: bool | str = "") -> str:
     For head dim D at ``num_splits`` splits: ``paged_attention_decode_rope_long{sw}_d128`` from
     LONG_MERGE_MIN_SPLITS on (D = 128; off with FIXEDGRAPH_ATTN_LONG_MERGE=0), else
     ``paged_attention_decode_rope{sw}_d{D}``. ``swap``: "" / False (``sw`` empty), "sw" / True
-    (``_sw``: query heads on the MMA's N) or "swp" (``_swp`` at d128's short entry, ``_sw``'s
-    code with the plain entry's register footprint; ``_long_sw`` on the long one)."""
+    (``_sw``: query heads on the MMA's N) or "swp" (``_swp``: ``_sw``'s code holding idle
+    registers up to the plain entry's footprint)."""
     mode = {False: "", True: "sw"}.get(swap, swap) if isinstance(swap, bool) else swap
-    if mode not in ("", "sw", "swp") or (mode == "swp" and D != 128):
-        raise ValueError(f"decode_rope_entry: swap={swap!r} at head dim {D}: give '', 'sw' or (D = 128) 'swp'")
+    if mode not in ("", "sw", "swp"):
+        raise ValueError(f"decode_rope_entry: swap={swap!r}: give '', 'sw' or 'swp'")
+    sw = "_" + mode if mode else ""
     if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS and os.environ.get("FIXEDGRAPH_ATTN_LONG_MERGE", "1") != "0":
-        return f"paged_attention_decode_rope_long{'_sw' if mode else ''}_d128"
-    return f"paged_attention_decode_rope{'_' + mode if mode else ''}_d{D}"
+        return f"paged_attention_decode_rope_long{sw}_d128"
+    return f"paged_attention_decode_rope{sw}_d{D}"
 
 
 # The largest GQA group the _sw entries take (choose_swap): one pass of 8 heads on N.
@@ -264,7 +265,8 @@ SWAP_MAX_GROUP = 8
 def choose_swap(D: int, Hq: int, Hkv: int, num_splits: int = 1) -> str:
     """Which heads-on-N form a fused decode launch takes ("sw", "swp" or "": decode_rope_entry), by
     FIXEDGRAPH_ATTN_SWAP: 2 (the default) at head dim 128 below LONG_MERGE_MIN_SPLITS splits
-    (``_swp``), 1 at every head dim and split count (``_sw``, ``_long_sw``), 0 never; always
+    (``_swp``), 3 ``_swp`` at every head dim and split count (an A/B knob: not timed yet), 1
+    ``_sw`` at every head dim and split count, 0 never; always
     only for GQA groups of at most SWAP_MAX_GROUP heads (larger groups fill the plain entry's
     16 MMA rows better). Session 35 (same-call A/B, two rounds): ``_swp`` on Qwen3-0.6B -2.3% a
     token at 4176 keys and -0.15% at the 128 + 512 bench, Qwen3-8B -0.3% at 4k; ``_sw``, whose
@@ -275,16 +277,16 @@ def choose_swap(D: int, Hq: int, Hkv: int, num_splits: int = 1) -> str:
         return ""
     if mode == "1":
         return "sw"
-    return "swp" if D == 128 and num_splits < LONG_MERGE_MIN_SPLITS else ""
+    return "swp" if mode == "3" or (D == 128 and num_splits < LONG_MERGE_MIN_SPLITS) else ""
 
 
 def _swap_mode() -> str:
-    """FIXEDGRAPH_ATTN_SWAP: 2 (default; see choose_swap), 1 or 0."""
+    """FIXEDGRAPH_ATTN_SWAP: 2 (default; see choose_swap), 3, 1 or 0."""
     raw = os.environ.get("FIXEDGRAPH_ATTN_SWAP", "2").strip()
-    if raw not in ("0", "1", "2"):
+    if raw not in ("0", "1", "2", "3"):
         raise ValueError(f"FIXEDGRAPH_ATTN_SWAP={raw!r}: give 2 (default: d128's short entry as _swp), "
-                         f"1 (the _sw entries at every head dim) or 0 (never; query heads on the "
-                         f"attention MMA's M)")
+                         f"3 (_swp at every head dim and split count), 1 (the _sw entries) or 0 "
+                         f"(never; query heads on the attention MMA's M)")
     return raw
 
 
@@ -292,7 +294,8 @@ def _swap_mode() -> str:
 DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
                                  *(f"paged_attention_decode_rope_sw_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
                                  "paged_attention_decode_rope_long_d128", "paged_attention_decode_rope_long_sw_d128",
-                                 "paged_attention_decode_rope_swp_d128"})
+                                 *(f"paged_attention_decode_rope_swp_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
+                                 "paged_attention_decode_rope_long_swp_d128"})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

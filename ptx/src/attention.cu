@@ -321,10 +321,10 @@ DECODE_ENTRY_N(128, _sw, decode_tc_sw, attn::decode_tc_smem(128))
 // pool keys); in the decode programs those come from the step's staging kernel and earlier
 // steps (see decode_tc).
 #define DECODE_ROPE_ENTRY(DIM) DECODE_ROPE_ENTRY_R(DIM, , 8, false)
-#define DECODE_ROPE_ENTRY_R(DIM, NAME, R, SWAP) DECODE_ROPE_ENTRY_P(DIM, NAME, R, SWAP, 0)
+#define DECODE_ROPE_ENTRY_R(DIM, NAME, R, SWAP) DECODE_ROPE_ENTRY_P(DIM, NAME, R, SWAP, 0, -1)
 // NAME: the entry's suffix before _d{DIM}; R: the split merge's partials per round, SWAP: query
-// heads on the MMA's N, PAD: idle registers (decode_tc)
-#define DECODE_ROPE_ENTRY_P(DIM, NAME, R, SWAP, PAD)                                           \
+// heads on the MMA's N, PAD: idle registers, MTAG: the split merge's tag (decode_tc)
+#define DECODE_ROPE_ENTRY_P(DIM, NAME, R, SWAP, PAD, MTAG)                                     \
     extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
         paged_attention_decode_rope##NAME##_d##DIM(                                            \
             bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *qkv,     \
@@ -342,7 +342,7 @@ DECODE_ENTRY_N(128, _sw, decode_tc_sw, attn::decode_tc_smem(128))
         }                                                                                       \
         /* decode_tc waits itself, once its first K/V tiles are in flight (PDL prefetch) */     \
         const attn::RopeArgs rp{qkv, q_norm, k_norm, rope, positions, slots, k_pool, v_pool, eps}; \
-        decode_tc<DIM, true, R, SWAP, PAD>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool, \
+        decode_tc<DIM, true, R, SWAP, PAD, MTAG>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool, \
                              block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv,       \
                              num_splits, scale, rp);                                            \
     }
@@ -359,8 +359,14 @@ DECODE_ROPE_ENTRY_R(64, _sw, 8, true)
 DECODE_ROPE_ENTRY_R(96, _sw, 8, true)
 DECODE_ROPE_ENTRY_R(128, _sw, 8, true)
 DECODE_ROPE_ENTRY_R(128, _long_sw, 16, true)
-// _sw with 48 idle registers (about the plain entry's footprint): FIXEDGRAPH_ATTN_SWAP=2.
-DECODE_ROPE_ENTRY_P(128, _swp, 8, true, 48)
+// _sw holding idle registers up to the plain entry's footprint (ops.attention.choose_swap: a
+// CTA's footprint decides which neighbouring CTAs start beside it, session 35). d128: 183 + 48
+// = 230 registers against 225 (both allocate 232; the default); the others (FIXEDGRAPH_ATTN_SWAP=3)
+// long 241 against 234, d96 203 against 203, d64 179 against 177.
+DECODE_ROPE_ENTRY_P(128, _swp, 8, true, 48, -1)
+DECODE_ROPE_ENTRY_P(128, _long_swp, 16, true, 56, 2)
+DECODE_ROPE_ENTRY_P(96, _swp, 8, true, 24, 2)
+DECODE_ROPE_ENTRY_P(64, _swp, 8, true, 16, 2)
 
 // out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
 // Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.

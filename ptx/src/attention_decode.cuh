@@ -408,8 +408,12 @@ __device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, floa
 // most 8 (2 of the 16 M rows hold heads at G = 2). Same results up to the order of fp32 sums.
 // PAD: registers held live across the whole body and never used (an occupancy probe: the CTA's
 // register footprint decides which neighbouring kernels' CTAs fit beside two of it on an SM;
-// they hold clock reads, which ptxas can neither drop nor rematerialise).
-template <int D, bool ROPE = false, int MERGE_R = 8, bool SWAP = false, int PAD = 0>
+// they hold clock reads, which ptxas can neither drop nor rematerialise; not additive
+// everywhere: check the entry's count with tools/neighbours.py or check_ptx.py --sizes).
+// MTAG >= 0: arrive_and_merge's TAG (default SWAP ? 1 : 0). An entry sharing another's merge
+// instantiation turns that instantiation's static shared variable from a per-entry (demoted)
+// one into a module one, which changes the other entry's SASS; new entries take a tag of their own.
+template <int D, bool ROPE = false, int MERGE_R = 8, bool SWAP = false, int PAD = 0, int MTAG = -1>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
@@ -699,7 +703,7 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
-            arrive_and_merge<D, MERGE_R, SWAP ? 1 : 0>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
+            arrive_and_merge<D, MERGE_R, MTAG >= 0 ? MTAG : SWAP ? 1 : 0>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
     if constexpr (PAD > 0) {  // the idle registers' only use; never true for a launch (Hq >= 1)

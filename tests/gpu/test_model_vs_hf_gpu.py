@@ -4,11 +4,11 @@ import pytest
 from tests.model_checks import check_graph_equals_eager, check_greedy, check_teacher_forced
 
 
-@pytest.mark.parametrize("mode", ["1", "2"])
+@pytest.mark.parametrize("mode", ["1", "2", "3"])
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-odd", "tiny-qwen3"])
 def test_teacher_forced_logits_with_heads_on_n(name, mode, cuda, tmp_path, rng, monkeypatch):
     # FIXEDGRAPH_ATTN_SWAP=1: the heads-on-N _sw decode entries (2: d128 on _swp, the same code
-    # holding idle registers; ops.attention.choose_swap) at
+    # holding idle registers; 3: _swp at every head dim; ops.attention.choose_swap) at
     # head dims 64 (G = 2 and 3) and 128 (G = 2) against float32 transformers
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", mode)
     check_teacher_forced(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=64)

@@ -395,6 +395,12 @@ ROPE_CASES = {
     "attention_decode_rope_r1_bs16_h16kv8_d128_s2_swp_norm": (1, 16, 16, 8, 128, 2, True, [1000], None, "swp"),
     "attention_decode_rope_r3_bs16_h32kv8_d128_s7_swp_norm": (3, 16, 32, 8, 128, 7, True, [1, 160, 97], 2, "swp"),
     "attention_decode_rope_r2_bs16_h12kv1_d128_s16_swp": (2, 16, 12, 1, 128, 16, False, [1500, 333], None, "swp"),
+    # ... and the others (FIXEDGRAPH_ATTN_SWAP=3): the long merge (G = 7 at 32 splits, G = 1 at
+    # 40), head dims 64 (SmolLM2's 9 / 3) and 96
+    "attention_decode_rope_r2_bs16_h28kv4_d128_s32_swp": (2, 16, 28, 4, 128, 32, False, [1500, 40], None, "swp"),
+    "attention_decode_rope_r2_bs32_h8kv8_d128_s40_swp": (2, 32, 8, 8, 128, 40, False, [1300, 1299], 0, "swp"),
+    "attention_decode_rope_r3_bs16_h9kv3_d64_s4_swp_norm": (3, 16, 9, 3, 64, 4, True, [700, 1, 129], 1, "swp"),
+    "attention_decode_rope_r2_bs16_h8kv2_d96_s3_swp": (2, 16, 8, 2, 96, 3, False, [500, 64], None, "swp"),
 }
 
 # name -> (rows, Hq, D, num_splits)

@@ -53,7 +53,8 @@ def test_every_entry_has_cases():
     want.add("paged_attention_decode_rope_long_d128")  # d128 from LONG_MERGE_MIN_SPLITS splits
     want |= {f"paged_attention_decode_rope_sw_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}  # heads on N
     want |= {"paged_attention_decode_rope_long_sw_d128", "paged_attention_decode_sw_d128",
-             "paged_attention_decode_rope_swp_d128"}
+             "paged_attention_decode_rope_long_swp_d128"}
+    want |= {f"paged_attention_decode_rope_swp_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
@@ -417,8 +418,8 @@ def test_smem_pad_knob(monkeypatch):
 
 def test_swap_knob(monkeypatch):
     # FIXEDGRAPH_ATTN_SWAP: 2 (the default) takes _swp at d128's short entry for GQA groups of at
-    # most 8 and the plain entries elsewhere (other head dims, 24+ splits, larger groups); 1 the
-    # _sw entries at every head dim and split count; 0 never; garbage is refused
+    # most 8 and the plain entries elsewhere (other head dims, 24+ splits, larger groups); 3 _swp
+    # and 1 _sw at every head dim and split count; 0 never; garbage is refused
     refs = _rope_refs()
 
     def entries(*splits):
@@ -434,11 +435,12 @@ def test_swap_knob(monkeypatch):
     assert ops.choose_swap(128, 16, 8, 24) == ops.choose_swap(128, 72, 8) == ""
     assert ops.choose_swap(64, 9, 3) == ops.choose_swap(96, 16, 4) == ""
     assert ops.decode_rope_entry(128, 16, "swp") == "paged_attention_decode_rope_swp_d128"
-    assert ops.decode_rope_entry(128, 32, "swp") == "paged_attention_decode_rope_long_sw_d128"
+    assert ops.decode_rope_entry(128, 32, "swp") == "paged_attention_decode_rope_long_swp_d128"
+    assert ops.decode_rope_entry(64, 4, "swp") == "paged_attention_decode_rope_swp_d64"
     assert ops.decode_rope_entry(128, 16, True) == ops.decode_rope_entry(128, 16, "sw") == \
         "paged_attention_decode_rope_sw_d128"
-    with pytest.raises(ValueError, match="swap='swp' at head dim 64"):
-        ops.decode_rope_entry(64, 4, "swp")
+    with pytest.raises(ValueError, match="swap='swap'"):
+        ops.decode_rope_entry(64, 4, "swap")
     assert entries(1, 32) == ["paged_attention_decode_rope_swp_d128", "paged_attention_decode_rope_long_d128",
                               "paged_attention_decode_rope_d128"]
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "1")
@@ -447,6 +449,11 @@ def test_swap_knob(monkeypatch):
     assert ops.decode_rope_entry(128, 32, True) == "paged_attention_decode_rope_long_sw_d128"
     assert ops.decode_rope_entry(64, 32, True) == "paged_attention_decode_rope_sw_d64"
     assert entries(1, 32) == ["paged_attention_decode_rope_sw_d128", "paged_attention_decode_rope_long_sw_d128",
+                              "paged_attention_decode_rope_d128"]
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "3")
+    assert ops.choose_swap(128, 16, 8, 32) == ops.choose_swap(64, 9, 3) == ops.choose_swap(96, 16, 4) == "swp"
+    assert ops.choose_swap(128, 72, 8) == ""
+    assert entries(1, 32) == ["paged_attention_decode_rope_swp_d128", "paged_attention_decode_rope_long_swp_d128",
                               "paged_attention_decode_rope_d128"]
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "0")
     assert ops.choose_swap(128, 16, 8) == ""

@@ -175,7 +175,10 @@ twin("paged_attention_decode_rope_long_d128")(_decode_rope(128, "_long"))
 for _d in DECODE_ROPE_DIMS:
     twin(f"paged_attention_decode_rope_sw_d{_d}")(_decode_rope(_d, "_sw"))
 twin("paged_attention_decode_rope_long_sw_d128")(_decode_rope(128, "_long_sw"))
-twin("paged_attention_decode_rope_swp_d128")(_decode_rope(128, "_swp"))
+# the same code holding idle registers (_swp): the same results
+for _d in DECODE_ROPE_DIMS:
+    twin(f"paged_attention_decode_rope_swp_d{_d}")(_decode_rope(_d, "_swp"))
+twin("paged_attention_decode_rope_long_swp_d128")(_decode_rope(128, "_long_swp"))
 
 
 @twin("paged_attention_combine")
