@@ -201,7 +201,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     live row (it does: kvcache.slot); live slots must be distinct. q, k, out match the two-launch
     path bit for bit. Every region must be 16-byte aligned (arena regions are).
     swap: "sw" (or True) the ``_sw`` entries (query heads on the MMA's N, in passes of 8; the
-      same results up to the order of fp32 sums), "swp" d128's ``_swp`` (the same code holding
+      same results up to the order of fp32 sums), "swp" the ``_swp`` ones (the same code holding
       idle registers), "" (or False) the plain ones; None: ``choose_swap`` (FIXEDGRAPH_ATTN_SWAP;
       by default "swp" at d128 below LONG_MERGE_MIN_SPLITS splits for GQA groups of at most 8).
     PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
@@ -249,7 +249,7 @@ def decode_rope_entry(D: int, num_splits: int, swap: bool | str = "") -> str:
     ``paged_attention_decode_rope{sw}_d{D}``. ``swap``: "" / False (``sw`` empty), "sw" / True
     (``_sw``: query heads on the MMA's N) or "swp" (``_swp``: ``_sw``'s code holding idle
     registers up to the plain entry's footprint)."""
-    mode = {False: "", True: "sw"}.get(swap, swap) if isinstance(swap, bool) else swap
+    mode = ("sw" if swap else "") if isinstance(swap, bool) else swap
     if mode not in ("", "sw", "swp"):
         raise ValueError(f"decode_rope_entry: swap={swap!r}: give '', 'sw' or 'swp'")
     sw = "_" + mode if mode else ""
@@ -266,9 +266,8 @@ def choose_swap(D: int, Hq: int, Hkv: int, num_splits: int = 1) -> str:
     """Which heads-on-N form a fused decode launch takes ("sw", "swp" or "": decode_rope_entry), by
     FIXEDGRAPH_ATTN_SWAP: 2 (the default) at head dim 128 below LONG_MERGE_MIN_SPLITS splits
     (``_swp``), 3 ``_swp`` at every head dim and split count (an A/B knob: not timed yet), 1
-    ``_sw`` at every head dim and split count, 0 never; always
-    only for GQA groups of at most SWAP_MAX_GROUP heads (larger groups fill the plain entry's
-    16 MMA rows better). Session 35 (same-call A/B, two rounds): ``_swp`` on Qwen3-0.6B -2.3% a
+    ``_sw`` at every head dim and split count, 0 never; always only for GQA groups of at most
+    SWAP_MAX_GROUP heads (larger groups fill the plain entry's 16 MMA rows better). Session 35 (same-call A/B, two rounds): ``_swp`` on Qwen3-0.6B -2.3% a
     token at 4176 keys and -0.15% at the 128 + 512 bench, Qwen3-8B -0.3% at 4k; ``_sw``, whose
     183 registers let a neighbouring kernel's CTA onto an SM beside two of its CTAs, +6.5% on
     0.6B at 128 + 512. Head dims 64 / 96 and the long entry have not been timed with swap."""
