@@ -51,16 +51,26 @@ ptxas info    : Used 12 registers
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas (CUDA toolkit) not on PATH")
-def test_swp_keeps_the_plain_entrys_footprint_class():
-    # _swp exists to hold the plain d128 entry's register footprint (its idle registers are
-    # clock reads ptxas must keep): beside two norm + qkv CTAs neither fits, _sw does
+def test_swp_entries_keep_the_plain_entries_footprint_class():
+    # the _swp entries exist to hold their plain entry's register footprint (their idle registers
+    # are clock reads ptxas must keep; the count is not additive, so a compiler change could undo
+    # it): beside any number of norm + qkv or o_proj CTAs, and alone, each fits exactly as many
+    # CTAs as its plain entry; _sw_d128 does not (one beside two norm + qkv CTAs)
     table = residency.ptxas_footprints(ptx.module_paths()["attention"])
-    smem = decode_shared_bytes(128)
+    o_proj = Footprint(124, 256, 8768 + 64 * 1024)
 
-    def fits(entry):
+    def fp(entry, D):
         regs, static = table[entry]
-        return fit_beside(Footprint(regs, 128, static + smem), [(ROW, 2)])
+        return Footprint(regs, 128, static + decode_shared_bytes(D))
 
-    assert fits("paged_attention_decode_rope_d128") == 0
-    assert fits("paged_attention_decode_rope_swp_d128") == 0
-    assert fits("paged_attention_decode_rope_sw_d128") == 1
+    def counts(f):
+        return [fit_beside(f, [(n, k)]) for n in (ROW, o_proj) for k in range(4)]
+
+    pairs = [("paged_attention_decode_rope_d128", "paged_attention_decode_rope_swp_d128", 128),
+             ("paged_attention_decode_rope_long_d128", "paged_attention_decode_rope_long_swp_d128", 128),
+             ("paged_attention_decode_rope_d96", "paged_attention_decode_rope_swp_d96", 96),
+             ("paged_attention_decode_rope_d64", "paged_attention_decode_rope_swp_d64", 64)]
+    for plain, swp, D in pairs:
+        assert counts(fp(swp, D)) == counts(fp(plain, D)), (swp, table[swp], plain, table[plain])
+    assert fit_beside(fp("paged_attention_decode_rope_d128", 128), [(ROW, 2)]) == 0
+    assert fit_beside(fp("paged_attention_decode_rope_sw_d128", 128), [(ROW, 2)]) == 1
