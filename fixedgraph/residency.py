@@ -100,9 +100,8 @@ def launch_footprint(launch, table: dict[str, tuple[int, int]]) -> Footprint:
 
 def neighbour_rows(launches, table: dict[str, tuple[int, int]], sm: SmLimits = SmLimits()) -> list[dict]:
     """For each launch after the first: how many of its CTAs fit on an SM beside k CTAs of the
-    launch before it (k = 0 .. as many of those as fit alone), and beside the most of the launch
-    before that (PDL lets a launch start once its predecessor has started, so two launches can
-    be resident when a third arrives)."""
+    launch before it (k = 0 .. as many of those as fit alone): under PDL a launch's CTAs start
+    while its predecessor's are resident."""
     rows = []
     prints = [launch_footprint(l, table) for l in launches]
     for i in range(1, len(launches)):

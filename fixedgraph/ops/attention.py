@@ -267,10 +267,11 @@ def choose_swap(D: int, Hq: int, Hkv: int, num_splits: int = 1) -> str:
     FIXEDGRAPH_ATTN_SWAP: 2 (the default) at head dim 128 below LONG_MERGE_MIN_SPLITS splits
     (``_swp``), 3 ``_swp`` at every head dim and split count (an A/B knob: not timed yet), 1
     ``_sw`` at every head dim and split count, 0 never; always only for GQA groups of at most
-    SWAP_MAX_GROUP heads (larger groups fill the plain entry's 16 MMA rows better). Session 35 (same-call A/B, two rounds): ``_swp`` on Qwen3-0.6B -2.3% a
-    token at 4176 keys and -0.15% at the 128 + 512 bench, Qwen3-8B -0.3% at 4k; ``_sw``, whose
-    183 registers let a neighbouring kernel's CTA onto an SM beside two of its CTAs, +6.5% on
-    0.6B at 128 + 512. Head dims 64 / 96 and the long entry have not been timed with swap."""
+    SWAP_MAX_GROUP heads (larger groups fill the plain entry's 16 MMA rows better). Session 35
+    (same-call A/B, two rounds): ``_swp`` on Qwen3-0.6B -2.3% a token at 4176 keys and -0.15%
+    at the 128 + 512 bench, Qwen3-8B -0.3% at 4k; ``_sw``, whose 183 registers let one of its
+    CTAs onto an SM beside two of norm + qkv's, +6.5% on 0.6B at 128 + 512. Head dims 64 / 96
+    and the long entry have not been timed with swap."""
     mode = _swap_mode()
     if mode == "0" or D not in DECODE_ROPE_HEAD_DIMS or Hkv < 1 or Hq // Hkv > SWAP_MAX_GROUP:
         return ""
