@@ -32,7 +32,8 @@
 # ncu: Nsight Compute stall samples per SASS instruction of the decode kernels as bench_kernels
 # launches them (0.6B GEMV shapes; attention at 4k and 32k keys), ranked by tools/ncu_stalls.py
 # into ncu_NAME.txt / .json (with ncu_NAME_details.txt: the sections' tables). NCU_CASES picks
-# cases by name (default all: attn4k attn32k qkv gate_up o_proj).
+# cases by name (default all: attn4k attn32k attn4k_sw qkv gate_up o_proj); ncu_NAME_source.csv
+# holds every SourceCounters column per SASS instruction.
 set -u
 OUT=${OUT:-/tmp/fixedgraph_out}
 mkdir -p "$OUT"
@@ -252,6 +253,7 @@ if [[ " $stages " == *" ncu "* ]]; then
   # name : kernel-name regex : bench_kernels arguments
   cases=("attn4k:^paged_attention_decode_d:--only attention --ctx 4096"
          "attn32k:^paged_attention_decode_d:--only attention --ctx 32768"
+         "attn4k_sw:^paged_attention_decode_sw_d:--only attention --ctx 4096 --attn-swap"
          "qkv:^gemv_rmsnorm_bf16:--only gemv --gemv-model qwen3-0.6b --gemv-shape 4096x1024"
          "gate_up:^gemv_rmsnorm_silu:--only gemv --gemv-model qwen3-0.6b --gemv-shape 6144x1024"
          "o_proj:^gemv_bf16:--only gemv --gemv-model qwen3-0.6b --gemv-shape 1024x2048")
@@ -265,6 +267,8 @@ if [[ " $stages " == *" ncu "* ]]; then
     python3 tools/ncu_stalls.py "$OUT/ncu_$name.ncu-rep" --json "$OUT/ncu_$name.json" > "$OUT/ncu_$name.txt" 2>&1
     note "ncu $name rc=$?: $(head -2 "$OUT/ncu_$name.txt" | tr '\n' ' ')"  # samples; code touched
     ncu -i "$OUT/ncu_$name.ncu-rep" --page details > "$OUT/ncu_${name}_details.txt" 2>&1
+    # every SourceCounters column per SASS instruction (excess sectors / wavefronts, executions)
+    ncu -i "$OUT/ncu_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_source.csv" 2>&1
     rm -f "$OUT/ncu_$name.ncu-rep"
   done
 fi

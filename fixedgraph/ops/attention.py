@@ -203,7 +203,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     swap: "sw" (or True) the ``_sw`` entries (query heads on the MMA's N, in passes of 8; the
       same results up to the order of fp32 sums), "swp" the ``_swp`` ones (the same code holding
       idle registers), "" (or False) the plain ones; None: ``choose_swap`` (FIXEDGRAPH_ATTN_SWAP;
-      by default "swp" at d128 below LONG_MERGE_MIN_SPLITS splits for GQA groups of at most 8).
+      by default "swp" for GQA groups of at most 8).
     PDL: the kernel issues its first K/V tiles before it waits on its predecessor, so the op
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
     or the pools (in decode programs the staging kernel writes those at least two launches
@@ -264,14 +264,14 @@ SWAP_MAX_GROUP = 8
 
 def choose_swap(D: int, Hq: int, Hkv: int, num_splits: int = 1) -> str:
     """Which heads-on-N form a fused decode launch takes ("sw", "swp" or "": decode_rope_entry), by
-    FIXEDGRAPH_ATTN_SWAP: 2 (the default) at head dim 128 below LONG_MERGE_MIN_SPLITS splits
-    (``_swp``), 3 ``_swp`` at every head dim and split count (an A/B knob: not timed yet), 1
-    ``_sw`` at every head dim and split count, 0 never; always only for GQA groups of at most
-    SWAP_MAX_GROUP heads (larger groups fill the plain entry's 16 MMA rows better). Session 35
-    (same-call A/B, two rounds): ``_swp`` on Qwen3-0.6B -2.3% a token at 4176 keys and -0.15%
-    at the 128 + 512 bench, Qwen3-8B -0.3% at 4k; ``_sw``, whose 183 registers let one of its
-    CTAs onto an SM beside two of norm + qkv's, +6.5% on 0.6B at 128 + 512. Head dims 64 / 96
-    and the long entry have not been timed with swap."""
+    FIXEDGRAPH_ATTN_SWAP: 3 (the default) ``_swp`` at every head dim and split count, 2 only at
+    head dim 128 below LONG_MERGE_MIN_SPLITS splits, 1 ``_sw`` at every head dim and split count,
+    0 never; always only for GQA groups of at most SWAP_MAX_GROUP heads (larger groups fill the
+    plain entry's 16 MMA rows better). Session 35 (same-call A/B, two rounds): ``_swp`` on
+    Qwen3-0.6B -2.3% a token at 4176 keys, Qwen3-8B -0.3% at 4k; ``_sw``, whose 183 registers let
+    one of its CTAs onto an SM beside two of norm + qkv's, +6.5% on 0.6B at 128 + 512. Session 36,
+    3 against 2: Llama-3.2-1B / Qwen2.5-0.5B (d64) -0.8% / -0.9% at 4k, Qwen3-8B -0.4% at 16k,
+    Qwen3-0.6B -0.4% at 32k and +0.0% / +0.5% at 16k."""
     mode = _swap_mode()
     if mode == "0" or D not in DECODE_ROPE_HEAD_DIMS or Hkv < 1 or Hq // Hkv > SWAP_MAX_GROUP:
         return ""
@@ -281,11 +281,11 @@ def choose_swap(D: int, Hq: int, Hkv: int, num_splits: int = 1) -> str:
 
 
 def _swap_mode() -> str:
-    """FIXEDGRAPH_ATTN_SWAP: 2 (default; see choose_swap), 3, 1 or 0."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_SWAP", "2").strip()
+    """FIXEDGRAPH_ATTN_SWAP: 3 (default; see choose_swap), 2, 1 or 0."""
+    raw = os.environ.get("FIXEDGRAPH_ATTN_SWAP", "3").strip()
     if raw not in ("0", "1", "2", "3"):
-        raise ValueError(f"FIXEDGRAPH_ATTN_SWAP={raw!r}: give 2 (default: d128's short entry as _swp), "
-                         f"3 (_swp at every head dim and split count), 1 (the _sw entries) or 0 "
+        raise ValueError(f"FIXEDGRAPH_ATTN_SWAP={raw!r}: give 3 (default: _swp at every head dim and "
+                         f"split count), 2 (_swp only at d128's short entry), 1 (the _sw entries) or 0 "
                          f"(never; query heads on the attention MMA's M)")
     return raw
 

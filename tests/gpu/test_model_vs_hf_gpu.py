@@ -48,11 +48,12 @@ def test_teacher_forced_logits_after_long_prompts(prompt_len, cuda, tmp_path, rn
     check_teacher_forced("tiny-long", "cuda", tmp_path, rng, prompt_len=prompt_len, n_new=24, chunk=256)
 
 
-@pytest.mark.parametrize("swap", ["0", "1", "2"])
+@pytest.mark.parametrize("swap", ["0", "1", "2", "3"])
 def test_teacher_forced_logits_at_one_attention_cta_per_sm(swap, cuda, tmp_path, rng, monkeypatch):
     # 8 kv heads at ~3k keys: the last context bucket (3032 keys, 12 MiB of K/V a launch) plans
     # one attention CTA per SM (16 splits, choose_num_splits), where 8B-class GQA models decode
     # 2-6k-token contexts; against float32 transformers. swap 1: the heads-on-N _sw entry in every
-    # decode graph of the run (G = 2; ops.attention.choose_swap), swap 2: its _swp form
+    # decode graph of the run (G = 2; ops.attention.choose_swap), swap 2 and 3 (the default): its
+    # _swp form
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", swap)
     check_teacher_forced("qwen3-0.6b", "cuda", tmp_path, rng, prompt_len=3000, n_new=24, chunk=256)

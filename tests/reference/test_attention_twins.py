@@ -417,9 +417,10 @@ def test_smem_pad_knob(monkeypatch):
 
 
 def test_swap_knob(monkeypatch):
-    # FIXEDGRAPH_ATTN_SWAP: 2 (the default) takes _swp at d128's short entry for GQA groups of at
-    # most 8 and the plain entries elsewhere (other head dims, 24+ splits, larger groups); 3 _swp
-    # and 1 _sw at every head dim and split count; 0 never; garbage is refused
+    # FIXEDGRAPH_ATTN_SWAP: 3 (the default) takes _swp at every head dim and split count for GQA
+    # groups of at most 8, 2 only at d128's short entry (plain at other head dims, 24+ splits),
+    # 1 _sw at every head dim and split count; larger groups always plain; 0 never; garbage is
+    # refused
     refs = _rope_refs()
 
     def entries(*splits):
@@ -430,7 +431,7 @@ def test_swap_knob(monkeypatch):
         ops.attention_decode_rope(prog, *refs, None, 1, 64, 16, 16, 8, 128, 0.088, 1e-6, 1, swap=False)
         return [l.entry for l in prog.launches]
 
-    monkeypatch.delenv("FIXEDGRAPH_ATTN_SWAP", raising=False)
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "2")
     assert ops.choose_swap(128, 16, 8) == ops.choose_swap(128, 64, 8, 23) == "swp"
     assert ops.choose_swap(128, 16, 8, 24) == ops.choose_swap(128, 72, 8) == ""
     assert ops.choose_swap(64, 9, 3) == ops.choose_swap(96, 16, 4) == ""
@@ -450,7 +451,7 @@ def test_swap_knob(monkeypatch):
     assert ops.decode_rope_entry(64, 32, True) == "paged_attention_decode_rope_sw_d64"
     assert entries(1, 32) == ["paged_attention_decode_rope_sw_d128", "paged_attention_decode_rope_long_sw_d128",
                               "paged_attention_decode_rope_d128"]
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "3")
+    monkeypatch.delenv("FIXEDGRAPH_ATTN_SWAP", raising=False)
     assert ops.choose_swap(128, 16, 8, 32) == ops.choose_swap(64, 9, 3) == ops.choose_swap(96, 16, 4) == "swp"
     assert ops.choose_swap(128, 72, 8) == ""
     assert entries(1, 32) == ["paged_attention_decode_rope_swp_d128", "paged_attention_decode_rope_long_swp_d128",
