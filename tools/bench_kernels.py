@@ -180,12 +180,13 @@ STAGING_VARIANTS = (  # (label, mode, chunk bytes, issuing threads): see stage_p
     ("cp.async 16B", 1, 0, 0), ("ld.v4 -> st.shared", 2, 0, 0))
 
 
-def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384) -> list[dict]:
+def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, variants: str | None = None) -> list[dict]:
     """One CTA per SM (its shared memory holds ``nbytes``) stages ``nbytes`` of global memory
     into shared memory, by each method of STAGING_VARIANTS: the question behind the slab GEMVs'
     and the one-launch MLP block's slow phases (BENCHMARKS, session 10). Per launch: the span
     from the first CTA's start to the last CTA's end (%globaltimer in the kernel), so the
-    launch's own latency is left out, and the median CTA's time: aggregate and per-SM GB/s."""
+    launch's own latency is left out, and the median CTA's time: aggregate and per-SM GB/s.
+    ``variants``: only the methods whose label starts with it (one kernel's launches, for ncu)."""
     G = 2 if smoke else int(dev.properties()["sm_count"])
     per_launch = G * nbytes
     c = copies_for(per_launch, smoke)
@@ -199,7 +200,7 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384) -> lis
         arena.write(f"src{i}", rng.integers(0, 1 << 32, size=per_launch // 4, dtype=np.uint64).astype(np.uint32))
     out = []
     for label, mode, chunk, issuers in STAGING_VARIANTS:
-        if mode == 0 and -(-nbytes // chunk) > 64:
+        if (mode == 0 and -(-nbytes // chunk) > 64) or (variants and not label.startswith(variants)):
             continue
         prog = Program(f"staging.{label}")
         for i in range(c):
@@ -423,6 +424,8 @@ def main() -> int:
                     help="time only these kernels (one or more groups)")
     ap.add_argument("--staging-kb", type=int, nargs="+", default=[48, 96, 190],
                     help="staging probe: KiB per CTA (one CTA per SM)")
+    ap.add_argument("--staging-variant", help="staging probe: only the methods whose label starts with this "
+                    "(e.g. 'cp.async', 'ld.v4', under ncu)")
     ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
                     help="hol probe: KiB of copies in flight per CTA (one CTA per SM)")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
@@ -484,7 +487,7 @@ def main() -> int:
                                      flush_blocks=blocks))
     if "staging" in only:
         for kb in args.staging_kb:
-            rows += bench_staging(dev, kb * 1024, False, rng)
+            rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)
     for model, shapes in (GEMV_SHAPES.items() if not only or "gemv" in only else ()):
         if args.gemv_model and model != args.gemv_model:
             continue
