@@ -7,6 +7,8 @@
     python tools/build_ptx.py --trace DIR   # timeline-traced modules (-DFG_TRACE) into DIR, for
                                             # FIXEDGRAPH_PTX_DIR=DIR (tools/timeline.py)
     python tools/build_ptx.py --trace DIR --light   # light records: thread 0 only, no entry barrier
+    python tools/build_ptx.py attention -D FG_CP_ASYNC_NO_ZFILL --out DIR   # an A/B build of a
+                                            # module under a macro, for FIXEDGRAPH_PTX_DIR=DIR
 
 One module per .cu file (headers are *.cuh). Output is deterministic for a given nvcc: no line
 info, no file paths, and a first line naming the nvcc release and flags so a reader knows how
@@ -59,7 +61,14 @@ def main() -> int:
     ap.add_argument("--trace", metavar="DIR", help="build with -DFG_TRACE (timeline records) into DIR instead")
     ap.add_argument("--light", action="store_true",
                     help="with --trace: light records (-DFG_TRACE_LIGHT: thread 0 only, no barrier at entry)")
+    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                    help="a preprocessor macro (repeatable; needs --out or --trace: never the committed PTX)")
+    ap.add_argument("--out", metavar="DIR", help="write the modules into DIR instead of ptx/")
     args = ap.parse_args()
+    if args.defines and not (args.out or args.trace):
+        sys.exit("-D builds a variant: give --out DIR (the committed ptx/ holds the plain build)")
+    if args.out and (args.trace or args.check):
+        sys.exit("--out does not combine with --trace or --check")
     if args.trace and args.check:
         sys.exit("--trace and --check do not combine")
     if args.light and not args.trace:
@@ -72,10 +81,11 @@ def main() -> int:
         if missing:
             sys.exit(f"no ptx/src/{{{','.join(sorted(missing))}}}.cu")
     stale = []
-    out_dir = Path(args.trace) if args.trace else OUT
+    out_dir = Path(args.trace or args.out) if (args.trace or args.out) else OUT
     out_dir.mkdir(parents=True, exist_ok=True)
     for cu in sources:
         defs = (("-DFG_TRACE",) + (("-DFG_TRACE_LIGHT",) if args.light else ())) if args.trace else ()
+        defs += tuple(f"-D{d}" for d in args.defines)
         text = compile_one(args.nvcc, cu, release, defs)
         dst = out_dir / (cu.stem + ".ptx")
         if args.check:
