@@ -268,7 +268,8 @@ if [[ " $stages " == *" ncu "* ]]; then
       --section SpeedOfLight --section WarpStateStats --section SourceCounters --import-source no \
       -f -o "$OUT/ncu_$name" python3 tools/bench_kernels.py $args > "$OUT/ncu_${name}_run.log" 2>&1
     python3 tools/ncu_stalls.py "$OUT/ncu_$name.ncu-rep" --json "$OUT/ncu_$name.json" > "$OUT/ncu_$name.txt" 2>&1
-    note "ncu $name rc=$?: $(head -2 "$OUT/ncu_$name.txt" | tr '\n' ' ')"  # samples; code touched
+    # samples; code touched; L2 sectors and shared wavefronts against their ideal
+    note "ncu $name rc=$?: $(head -2 "$OUT/ncu_$name.txt" | tr '\n' ' ') $(grep -E '^  (L2 sectors|shared wavefronts)' "$OUT/ncu_$name.txt" | sed 's/, most:$//' | tr '\n' ' ')"
     ncu -i "$OUT/ncu_$name.ncu-rep" --page details > "$OUT/ncu_${name}_details.txt" 2>&1
     # every SourceCounters column per SASS instruction (excess sectors / wavefronts, executions)
     ncu -i "$OUT/ncu_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_source.csv" 2>&1

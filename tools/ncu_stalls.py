@@ -11,7 +11,10 @@ a register each reads (a stalled instruction is usually the first *use* of a loa
 the load is the one to look at), the samples between consecutive barriers / fences / waits
 (which phase of the kernel the time goes to), and, where the page has the SourceCounters'
 per-instruction execution counts, how much of the entry's code the launch ran at all (what the
-SM's instruction caches must hold for it: session 15 measured cold code at 150-300 ns per KB).
+SM's instruction caches must hold for it: session 15 measured cold code at 150-300 ns per KB),
+and, where the page has the SourceCounters' memory columns, which instructions move more L2
+sectors (global) or shared-memory wavefronts than their addresses need (session 36: the decode
+attention's ignore-src K/V copies, 24 sectors a warp against an ideal 16).
 This is how the serial block-table loads of decode attention were found (docs/BENCHMARKS.md,
 session 7); `tools/gpu_check.sh ncu` runs it on the decode kernels.
 """
@@ -36,6 +39,9 @@ _REG = re.compile(r"\bR(\d+)\b")
 # the per-instruction warp-level execution count of the SourceCounters section (not the thread-
 # level or predicated-on counts): which instructions ran at all, so how much code a launch touched
 _EXECUTED = re.compile(r"(Warp )?Instructions Executed|inst_executed", re.IGNORECASE)
+# SourceCounters' per-instruction memory columns: (what, actual column, ideal column)
+EXCESS = (("L2 sectors (global)", "L2 Theoretical Sectors Global", "L2 Theoretical Sectors Global Ideal"),
+          ("shared wavefronts", "L1 Wavefronts Shared", "L1 Wavefronts Shared Ideal"))
 SASS_BYTES = 16  # one sm_90 instruction
 
 
@@ -63,8 +69,10 @@ def parse_source_csv(text: str) -> list[dict]:
         stalls = {k[len("stall_"):]: _num(v) for k, v in row.items()
                   if k.startswith("stall_") and "(Not Issued)" not in k and _num(v)}
         executed = next((_num(v) for k, v in row.items() if _EXECUTED.fullmatch(k.strip())), None)
+        memory = {what: (_num(row[a]), _num(row[i])) for what, a, i in EXCESS if a in row and i in row}
         kernels[-1]["rows"].append({"index": len(kernels[-1]["rows"]), "sass": row.get("Source", "").strip(),
-                                    "samples": _num(row[SAMPLES]), "stalls": stalls, "executed": executed})
+                                    "samples": _num(row[SAMPLES]), "stalls": stalls, "executed": executed,
+                                    "memory": memory})
     return kernels
 
 
@@ -136,7 +144,27 @@ def summarize(kernel: dict, top: int = 12) -> dict:
     counted = [r for r in rows if r.get("executed") is not None]
     touched = sum(1 for r in counted if r["executed"] > 0) if counted else None
     return {"kernel": kernel["kernel"], "instructions": len(rows), "samples": total, "hot": hot,
-            "phases": phases, "touched": touched}
+            "phases": phases, "touched": touched, "excess": excess(rows)}
+
+
+def excess(rows: list[dict], top: int = 3) -> list[dict]:
+    """Per memory column of EXCESS present on the page: the kernel's actual and ideal totals and
+    the instructions with the most beyond their ideal (actual / ideal per execution)."""
+    out = []
+    for what, _, _ in EXCESS:
+        have = [r for r in rows if what in r.get("memory", {})]
+        if not have:
+            continue
+        actual = sum(r["memory"][what][0] for r in have)
+        ideal = sum(r["memory"][what][1] for r in have)
+        worst = sorted((r for r in have if r["memory"][what][0] > r["memory"][what][1]),
+                       key=lambda r: r["memory"][what][1] - r["memory"][what][0])
+        n_over = len(worst)
+        out.append({"what": what, "actual": actual, "ideal": ideal, "instructions_over": n_over,
+                    "worst": [{"index": r["index"], "sass": r["sass"], "actual": r["memory"][what][0],
+                               "ideal": r["memory"][what][1], "executed": r.get("executed")}
+                              for r in worst[:top]]})
+    return out
 
 
 def export_csv(report: Path) -> str:
@@ -157,6 +185,16 @@ def render(s: dict, min_phase_share: float = 0.02) -> str:
     for h in s["hot"]:
         after = f"   [{h['after']['index']}: {h['after']['sass'][:48]}]" if h["after"] else ""
         lines.append(f"  {h['index']:>5} {h['samples']:>7} {h['share']:>6.1%}  {h['reason']:<16} {h['sass'][:56]}{after}")
+    for e in s.get("excess", []):
+        if e["actual"] <= e["ideal"]:
+            lines.append(f"  {e['what']}: {e['actual']} at their ideal")
+            continue
+        lines.append(f"  {e['what']}: {e['actual']} against an ideal {e['ideal']} "
+                     f"({(e['actual'] - e['ideal']) / e['actual']:.1%} excess) from {e['instructions_over']} instructions, most:")
+        for w in e["worst"]:
+            per = f"{w['actual'] / w['executed']:.1f} / {w['ideal'] / w['executed']:.1f} an execution" if w["executed"] else \
+                f"{w['actual']} / {w['ideal']}"
+            lines.append(f"  {w['index']:>5} {per:<24} {w['sass'][:60]}")
     lines.append("  phases (samples between barriers, fences, waits, atomics; >= 2% shown):")
     for p in s["phases"]:
         if s["samples"] and p["samples"] / s["samples"] >= min_phase_share:

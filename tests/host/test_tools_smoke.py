@@ -137,6 +137,51 @@ def test_ncu_stalls_ranks_samples_and_names_the_load(tmp_path):
                          text=True, timeout=60)
     assert out.returncode == 2 and "SourceCounters" in out.stderr
 
+def test_ncu_stalls_names_the_instructions_beyond_their_ideal_sectors():
+    """The SourceCounters' memory columns: totals against their ideal and the instructions that
+    move the most beyond it, per execution (session 36's attention copies: 24 sectors against 16)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import ncu_stalls
+
+    cols = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed",
+            "L2 Theoretical Sectors Global", "L2 Theoretical Sectors Global Ideal", "L1 Wavefronts Shared",
+            "L1 Wavefronts Shared Ideal"]
+    rows = [
+        ["0x0", "LDG.E.128 R4, desc[UR4][R2.64]", "3", "10", "160", "160", "0", "0"],
+        ["0x10", "LDGSTS.E.BYPASS.128 desc[UR4][R6.64], P0, [R9]", "1", "10", "240", "160", "40", "40"],
+        ["0x20", "LDGSTS.E.BYPASS.128 desc[UR4][R8.64], P1, [R9]", "1", "10", "200", "160", "105", "40"],
+        ["0x30", "EXIT", "0", "10", "0", "0", "0", "0"],
+    ]
+    text = "\n".join(",".join(f'"{c}"' for c in r) for r in [["Kernel Name", "k"], cols] + rows)
+    [k] = ncu_stalls.parse_source_csv(text)
+    l2, smem = ncu_stalls.summarize(k)["excess"]
+    assert (l2["what"], l2["actual"], l2["ideal"], l2["instructions_over"]) == ("L2 sectors (global)", 600, 480, 2)
+    assert [w["index"] for w in l2["worst"]] == [1, 2]  # most beyond the ideal first
+    assert (smem["actual"], smem["ideal"], [w["index"] for w in smem["worst"]]) == (145, 80, [2])
+    text_out = ncu_stalls.render(ncu_stalls.summarize(k))
+    assert "L2 sectors (global): 600 against an ideal 480 (20.0% excess) from 2 instructions" in text_out
+    assert "24.0 / 16.0 an execution" in text_out
+    at_ideal = [r[:4] + [r[5], r[5], r[7], r[7]] for r in rows]
+    [k] = ncu_stalls.parse_source_csv("\n".join(",".join(f'"{c}"' for c in r) for r in [cols] + at_ideal))
+    assert "L2 sectors (global): 480 at their ideal" in ncu_stalls.render(ncu_stalls.summarize(k))
+
+
+def test_build_ptx_variant_flags(tmp_path):
+    """-D builds a macro variant into --out only: never over the committed ptx/."""
+    run = lambda *a: subprocess.run([sys.executable, str(ROOT / "tools/build_ptx.py"), *a], capture_output=True,
+                                    text=True, timeout=300, cwd=ROOT)
+    out = run("act", "-D", "FG_X")
+    assert out.returncode != 0 and "--out DIR" in out.stderr
+    out = run("act", "--out", str(tmp_path), "--check")
+    assert out.returncode != 0 and "does not combine" in out.stderr
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc")
+    out = run("act", "-D", "FG_X=1", "--out", str(tmp_path / "v"))
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "v/act.ptx").read_text()
+    assert "-DFG_X=1" in text.splitlines()[0] and ".entry" in text
+    assert (ROOT / "ptx/act.ptx").read_text().splitlines()[0] != text.splitlines()[0]
+
 
 def test_decode_margin_check_judges_both_sequences(tmp_path):
     """tools/decode_margin_check.py on the reference backend: both bf16 sequences are judged by the
