@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from fixedgraph import __version__
+from fixedgraph import __version__, knobs
 from fixedgraph.backends import get_device
 from fixedgraph.layout import ArenaPlan
 from fixedgraph.program import Program, Ref
@@ -57,7 +57,7 @@ def smoke_graph(device, n: int = 1 << 20, nodes: int = 64) -> dict:
 
 
 def doctor(backend: str | None = None) -> dict:
-    report: dict = {"versions": _versions()}
+    report: dict = {"versions": _versions(), "knobs": {"set": knobs.set_knobs(), "unknown": knobs.unknown()}}
     device = get_device(backend)
     report["backend"] = device.kind
     if device.kind == "reference":
@@ -105,6 +105,11 @@ def format_report(r: dict) -> str:
                 if h.get("gpu_local_cpus") else "")
         lines.append(f"host: CPUs {h['cpus_allowed']} allowed{near}")
     lines.append(f"PTX: {r['ptx']['modules']} modules, {r['ptx']['entries']} kernel entries")
+    k = r.get("knobs", {})
+    if k.get("set"):
+        lines.append("environment: " + "  ".join(f"{n}={v}" for n, v in k["set"].items()))
+    if k.get("unknown"):
+        lines.append("WARNING: " + knobs.describe_unknown([tuple(u) for u in k["unknown"]]).replace("\n", "\nWARNING: "))
     s = r["smoke_graph"]
     lines.append(f"smoke graph: {s['nodes']} nodes, built in {s['graph_build_ms']:.1f} ms, ran in "
                  f"{s['graph_run_ms']:.2f} ms, max error {s['max_abs_error']:.2e}: {'OK' if s['ok'] else 'FAILED'}")

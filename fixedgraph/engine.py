@@ -4,11 +4,12 @@ from __future__ import annotations
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from fixedgraph import hostcpu, nvtx
+from fixedgraph import hostcpu, knobs, nvtx
 from fixedgraph.backends import get_device
 from fixedgraph.loader import load_weights
 from fixedgraph.models.dense import DenseDecoder, Sizes
@@ -109,6 +110,9 @@ class LLM:
                  seed: int | None = None, cpu_affinity: str | None = None, decode_group: int | None = None,
                  ctx_buckets: Sequence[int] | str | None = None) -> None:
         t0 = time.perf_counter()
+        stray = knobs.unknown()
+        if stray:  # a misspelt knob would otherwise change nothing, silently
+            warnings.warn(knobs.describe_unknown(stray), stacklevel=2)
         if int(lookahead) < 1:
             raise ValueError(f"lookahead must be at least 1 (decode steps queued ahead of the GPU), got {lookahead}")
         group = int(decode_group if decode_group is not None else os.environ.get("FIXEDGRAPH_DECODE_GROUP", "4"))
