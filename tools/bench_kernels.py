@@ -355,12 +355,16 @@ def bench_icache(dev, entry: str, ctas: int, threads: int, smoke: bool, rng, a: 
             "cold_minus_warm_ns_per_kb_p90": (res["cold"]["cold_ns_p90"] - res["warm"]["warm_ns_p90"]) / kb}
 
 
-def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 256, chain: int = 16) -> dict:
+def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 256, chain: int = 16,
+                  cluster: int = 1, alternate: bool = False) -> dict:
     """A chain of ``chain`` handoff_probe grids of ``ctas`` CTAs (after one that bumps the epoch),
     each CTA reading elements the grid before wrote, handed over by PDL waits (``mode`` "pdl") or
     by flags (the first grid waits, then each publishes a flag its successor's CTAs poll). Per
     launch: µs in the graph, and the handoff (a grid's first CTA past its handoff after the
-    previous grid's last CTA finished its stores; medians and p90 over the chain)."""
+    previous grid's last CTA finished its stores; medians and p90 over the chain). ``cluster`` >
+    1: the grids launch as thread-block clusters of that many CTAs (every grid, or with
+    ``alternate`` every second one, as a clustered launch after a plain one would run): what
+    a cluster costs a PDL handoff, the question before a clustered qkv + attention launch."""
     G = 2 if smoke else ctas
     c = 3 if smoke else chain
     n = G * threads
@@ -377,7 +381,7 @@ def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 25
     arena.write("a", x)
     for name in ("cnt", "step", *(f"flag{j}" for j in range(c))):
         arena.write(name, np.zeros(1, np.uint32))
-    label = f"{mode} x{G}"
+    label = f"{mode} x{G}" + (f" c{cluster}" + ("alt" if alternate else "") if cluster > 1 else "")
     prog = Program(f"handoff.{label}")
     prog.launch("handoff_probe", (1,), (32,), [Ref("a"), Ref("b"), n, Ref("cnt"), Null(), Null(), Ref("step"), 1,
                                               Ref("ns0")])
@@ -385,8 +389,10 @@ def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 25
     for j in range(c):
         flag_in = Ref(f"flag{j - 1}") if mode == "flag" and j > 0 else Null()
         flag_out = Ref(f"flag{j}") if mode == "flag" else Null()
+        clustered = cluster > 1 and (not alternate or j % 2 == 1)
         prog.launch("handoff_probe", (G,), (threads,), [Ref(bufs[j % 2]), Ref(bufs[(j + 1) % 2]), n, Ref("cnt"),
-                                                         flag_in, flag_out, Ref("step"), 0, Ref(f"ns{j}")])
+                                                         flag_in, flag_out, Ref("step"), 0, Ref(f"ns{j}")],
+                    cluster=(cluster, 1, 1) if clustered else None)
     r = time_program(dev, prog, arena, c + 1, smoke, free=False)
     replays = 1 if smoke else 22  # time_program's warmup and timed launches, each one pass of the chain
     got = arena.read(bufs[c % 2])
@@ -397,7 +403,8 @@ def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 25
     early = ns[:-1, :, 2].max(axis=1) - ns[1:, :, 0].min(axis=1)
     if not smoke:
         dev.free(arena.base)
-    return {"kernel": "handoff", "shape": label, "bytes": 2 * n * 4, "ctas": G, "mode": mode, **r,
+    return {"kernel": "handoff", "shape": label, "bytes": 2 * n * 4, "ctas": G, "mode": mode, "cluster": cluster,
+            "alternate": alternate, **r,
             "handoff_ns_median": float(np.median(gaps)), "handoff_ns_p90": float(np.percentile(gaps, 90)),
             "early_ns_median": float(np.median(early))}
 
@@ -426,6 +433,8 @@ def main() -> int:
                     help="staging probe: KiB per CTA (one CTA per SM)")
     ap.add_argument("--staging-variant", help="staging probe: only the methods whose label starts with this "
                     "(e.g. 'cp.async', 'ld.v4', under ncu)")
+    ap.add_argument("--handoff-cluster", type=int, nargs="+", default=[],
+                    help="handoff probe: also 128-CTA chains launched as clusters of these sizes (e.g. 8 16)")
     ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
                     help="hol probe: KiB of copies in flight per CTA (one CTA per SM)")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
@@ -456,6 +465,7 @@ def main() -> int:
         rows += [bench_icache(dev, e, 2, 32, True, rng) for e in ICACHE_PROBES]
         rows.append(bench_icache(dev, "icache_probe_8k", 2, 32, True, rng, flush_blocks=2))
         rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
+        rows.append(bench_handoff(dev, 2, "pdl", True, rng, cluster=2, alternate=True))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
     import torch  # the copy-bandwidth ceiling, measured the same way as tools/bench.py
@@ -477,6 +487,10 @@ def main() -> int:
         for ctas in (64, 132, 264, 396):
             for mode in ("pdl", "flag"):
                 rows.append(bench_handoff(dev, ctas, mode, False, rng))
+        for c in args.handoff_cluster:  # 128 CTAs (every cluster size up to 16 divides it), PDL
+            rows.append(bench_handoff(dev, 128, "pdl", False, rng))
+            for alternate in (False, True):
+                rows.append(bench_handoff(dev, 128, "pdl", False, rng, cluster=c, alternate=alternate))
     if "icache" in only:
         for entry in ICACHE_PROBES:
             for threads in (32, 256):
@@ -534,7 +548,7 @@ def main() -> int:
         print(f"bcast {r['shape']:<22} read after the wait: median {r['read_ns_median']:6.0f} ns p90 "
               f"{r['read_ns_p90']:6.0f} max {r['read_ns_max']:6.0f}; waits released over {r['release_spread_ns']:6.0f} ns")
     for r in (r for r in rows if r["kernel"] == "handoff"):
-        print(f"handoff {r['shape']:<10} {r['us']:6.2f} us a launch; handoff (previous grid's last store -> first CTA "
+        print(f"handoff {r['shape']:<16} {r['us']:6.2f} us a launch; handoff (previous grid's last store -> first CTA "
               f"past its handoff) median {r['handoff_ns_median']:6.0f} ns p90 {r['handoff_ns_p90']:6.0f}; resident "
               f"{r['early_ns_median']:6.0f} ns before that store")
     for r in (r for r in rows if r["kernel"] == "icache"):
