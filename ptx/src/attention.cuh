@@ -84,6 +84,11 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
 #endif
 }
 
+// 16-byte async copy global -> shared, every byte read (no ignore-src operand).
+__device__ __forceinline__ void cp_async16_full(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
