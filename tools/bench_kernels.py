@@ -356,7 +356,7 @@ def bench_icache(dev, entry: str, ctas: int, threads: int, smoke: bool, rng, a: 
 
 
 def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 256, chain: int = 16,
-                  cluster: int = 1, alternate: bool = False) -> dict:
+                  cluster: int = 1, alternate: bool = False, smem: tuple[int, int] = (0, 0)) -> dict:
     """A chain of ``chain`` handoff_probe grids of ``ctas`` CTAs (after one that bumps the epoch),
     each CTA reading elements the grid before wrote, handed over by PDL waits (``mode`` "pdl") or
     by flags (the first grid waits, then each publishes a flag its successor's CTAs poll). Per
@@ -364,7 +364,11 @@ def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 25
     previous grid's last CTA finished its stores; medians and p90 over the chain). ``cluster`` >
     1: the grids launch as thread-block clusters of that many CTAs (every grid, or with
     ``alternate`` every second one, as a clustered launch after a plain one would run): what
-    a cluster costs a PDL handoff, the question before a clustered qkv + attention launch."""
+    a cluster costs a PDL handoff, the question before a clustered qkv + attention launch.
+    ``smem``: dynamic shared memory (bytes, unused) of the plain and the clustered grids, so the
+    grids hold the footprints of the launches they stand for (e.g. 74 KB for norm + qkv, 134 KB
+    for the clustered kernel); with ``alternate`` a clustered grid then cannot share an SM with
+    its plain predecessor's CTAs, as the real one could not."""
     G = 2 if smoke else ctas
     c = 3 if smoke else chain
     n = G * threads
@@ -381,7 +385,8 @@ def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 25
     arena.write("a", x)
     for name in ("cnt", "step", *(f"flag{j}" for j in range(c))):
         arena.write(name, np.zeros(1, np.uint32))
-    label = f"{mode} x{G}" + (f" c{cluster}" + ("alt" if alternate else "") if cluster > 1 else "")
+    label = (f"{mode} x{G}" + (f" c{cluster}" + ("alt" if alternate else "") if cluster > 1 else "")
+             + (f" {smem[0] >> 10}/{smem[1] >> 10}K" if any(smem) else ""))
     prog = Program(f"handoff.{label}")
     prog.launch("handoff_probe", (1,), (32,), [Ref("a"), Ref("b"), n, Ref("cnt"), Null(), Null(), Ref("step"), 1,
                                               Ref("ns0")])
@@ -389,10 +394,11 @@ def bench_handoff(dev, ctas: int, mode: str, smoke: bool, rng, threads: int = 25
     for j in range(c):
         flag_in = Ref(f"flag{j - 1}") if mode == "flag" and j > 0 else Null()
         flag_out = Ref(f"flag{j}") if mode == "flag" else Null()
-        clustered = cluster > 1 and (not alternate or j % 2 == 1)
+        second = not alternate or j % 2 == 1  # the position a clustered grid takes
+        clustered = cluster > 1 and second
         prog.launch("handoff_probe", (G,), (threads,), [Ref(bufs[j % 2]), Ref(bufs[(j + 1) % 2]), n, Ref("cnt"),
                                                          flag_in, flag_out, Ref("step"), 0, Ref(f"ns{j}")],
-                    cluster=(cluster, 1, 1) if clustered else None)
+                    cluster=(cluster, 1, 1) if clustered else None, shared=smem[1] if second else smem[0])
     r = time_program(dev, prog, arena, c + 1, smoke, free=False)
     replays = 1 if smoke else 22  # time_program's warmup and timed launches, each one pass of the chain
     got = arena.read(bufs[c % 2])
@@ -435,6 +441,9 @@ def main() -> int:
                     "(e.g. 'cp.async', 'ld.v4', under ncu)")
     ap.add_argument("--handoff-cluster", type=int, nargs="+", default=[],
                     help="handoff probe: also 128-CTA chains launched as clusters of these sizes (e.g. 8 16)")
+    ap.add_argument("--handoff-smem", type=int, nargs=2, default=(0, 0), metavar=("PLAIN_KB", "CLUSTER_KB"),
+                    help="handoff probe with --handoff-cluster: also the alternating chain with these dynamic "
+                    "shared-memory footprints (e.g. 74 134), and a plain one holding the same")
     ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
                     help="hol probe: KiB of copies in flight per CTA (one CTA per SM)")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
@@ -465,7 +474,7 @@ def main() -> int:
         rows += [bench_icache(dev, e, 2, 32, True, rng) for e in ICACHE_PROBES]
         rows.append(bench_icache(dev, "icache_probe_8k", 2, 32, True, rng, flush_blocks=2))
         rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
-        rows.append(bench_handoff(dev, 2, "pdl", True, rng, cluster=2, alternate=True))
+        rows.append(bench_handoff(dev, 2, "pdl", True, rng, cluster=2, alternate=True, smem=(1024, 2048)))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
     import torch  # the copy-bandwidth ceiling, measured the same way as tools/bench.py
@@ -487,10 +496,14 @@ def main() -> int:
         for ctas in (64, 132, 264, 396):
             for mode in ("pdl", "flag"):
                 rows.append(bench_handoff(dev, ctas, mode, False, rng))
+        smem = tuple(kb << 10 for kb in args.handoff_smem)
         for c in args.handoff_cluster:  # 128 CTAs (every cluster size up to 16 divides it), PDL
             rows.append(bench_handoff(dev, 128, "pdl", False, rng))
             for alternate in (False, True):
                 rows.append(bench_handoff(dev, 128, "pdl", False, rng, cluster=c, alternate=alternate))
+            if any(smem):  # the same with the launches' footprints, against plain grids holding them
+                rows.append(bench_handoff(dev, 128, "pdl", False, rng, cluster=c, alternate=True, smem=smem))
+                rows.append(bench_handoff(dev, 128, "pdl", False, rng, cluster=1, alternate=True, smem=smem))
     if "icache" in only:
         for entry in ICACHE_PROBES:
             for threads in (32, 256):
