@@ -109,7 +109,7 @@ def format_report(r: dict) -> str:
     if k.get("set"):
         lines.append("environment: " + "  ".join(f"{n}={v}" for n, v in k["set"].items()))
     if k.get("unknown"):
-        lines.append("WARNING: " + knobs.describe_unknown([tuple(u) for u in k["unknown"]]).replace("\n", "\nWARNING: "))
+        lines += ["WARNING: " + line for line in knobs.describe_unknown(k["unknown"]).splitlines()]
     s = r["smoke_graph"]
     lines.append(f"smoke graph: {s['nodes']} nodes, built in {s['graph_build_ms']:.1f} ms, ran in "
                  f"{s['graph_run_ms']:.2f} ms, max error {s['max_abs_error']:.2e}: {'OK' if s['ok'] else 'FAILED'}")

@@ -81,7 +81,7 @@ def main() -> int:
         if missing:
             sys.exit(f"no ptx/src/{{{','.join(sorted(missing))}}}.cu")
     stale = []
-    out_dir = Path(args.trace or args.out) if (args.trace or args.out) else OUT
+    out_dir = Path(args.trace or args.out or OUT)
     out_dir.mkdir(parents=True, exist_ok=True)
     for cu in sources:
         defs = (("-DFG_TRACE",) + (("-DFG_TRACE_LIGHT",) if args.light else ())) if args.trace else ()

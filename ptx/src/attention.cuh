@@ -70,7 +70,9 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 // FG_CP_ASYNC_NO_ZFILL (an A/B build, tools/build_ptx.py -D): src_bytes must be 16 or 0; the
 // copy without the ignore-src operand, or a plain st.shared of zeros. ncu counts 24 L2 sectors
 // a warp for the decode K/V copies in the ignore-src form (two 256-byte runs: ideal 16), and
-// its ideal 16 for the plain form's contiguous 512 bytes (BENCHMARKS, session 36).
+// its ideal 16 for the plain form's contiguous 512 bytes (BENCHMARKS, session 36). One asm
+// block on purpose: every decode entry keeps its register count (a C++ if over cp_async16_full
+// and a zero store moves them by -14 to +10, which would confound the A/B).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
 #ifdef FG_CP_ASYNC_NO_ZFILL
     asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %2, 0;\n\t"
