@@ -298,6 +298,110 @@ DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in 
                                  "paged_attention_decode_rope_long_swp_d128"})
 
 
+# The clustered norm + qkv + attention launch (ptx/src/qkv_attention.cu).
+QKV_ATTN_HEAD_DIMS = (64, 96, 128)
+QKV_ATTN_MAX_GROUP = 8  # query heads of a kv head (one swap_tile pass)
+QKV_ATTN_MAX_CLUSTER = 16  # CTAs of a cluster (16 is a non-portable size; the CUDA backend opts in)
+QKV_ATTN_MAX_ROWS = 128  # qkv rows a CTA computes
+QKV_ATTN_CLUSTER = 16  # default cluster size: one key split per CTA
+# A CTA's static shared memory at its largest (d128: q/k/v of 10 heads, 8 rotated q heads, the
+# current k/v, the block-table window, the norm's and merge's scratch; ptxas -v: 8640 bytes)
+QKV_ATTN_STATIC_BYTES = 9 << 10
+# Shared memory a CTA may use so that two fit one SM (228 KiB, 1 KiB reserved each): a cluster of
+# 16 then finds room on any GPC (one CTA per SM would need 16 free SMs of one GPC).
+QKV_ATTN_SMEM_BUDGET = 113 << 10
+
+
+def qkv_attention_supported(rows: int, H: int, Hq: int, Hkv: int, D: int, cluster: int | None = None) -> bool:
+    """Whether ``qkv_attention_decode`` takes this layer shape: batch 1, head dim 64/96/128,
+    GQA groups of at most 8, K = H a multiple of 8, at most QKV_ATTN_MAX_ROWS qkv rows a CTA."""
+    C = qkv_attention_cluster() if cluster is None else cluster
+    if rows != 1 or D not in QKV_ATTN_HEAD_DIMS or Hkv < 1 or Hq % Hkv or H % 8 or H < 8:
+        return False
+    G = Hq // Hkv
+    return G <= QKV_ATTN_MAX_GROUP and 1 <= C <= QKV_ATTN_MAX_CLUSTER and -(-(G + 2) * D // C) <= QKV_ATTN_MAX_ROWS
+
+
+def qkv_attention_max_ctx() -> int:
+    """FIXEDGRAPH_QKV_ATTN (default 0): the longest context bucket (keys) whose batch-1 decode
+    graphs take the clustered norm + qkv + attention launch; 0 never, 1 every bucket. An A/B knob
+    until measured."""
+    n = _env_count("FIXEDGRAPH_QKV_ATTN", 0, "keys (0: off, 1: every context)", minimum=0)
+    return 1 << 62 if n == 1 else n
+
+
+def qkv_attention_cluster() -> int:
+    """FIXEDGRAPH_QKV_ATTN_CLUSTER (default QKV_ATTN_CLUSTER): CTAs per kv head of the clustered
+    launch, which are also its key splits (1..16)."""
+    C = _env_count("FIXEDGRAPH_QKV_ATTN_CLUSTER", QKV_ATTN_CLUSTER, "CTAs")
+    if C > QKV_ATTN_MAX_CLUSTER:
+        raise ValueError(f"FIXEDGRAPH_QKV_ATTN_CLUSTER={C}: at most {QKV_ATTN_MAX_CLUSTER} CTAs a cluster")
+    return C
+
+
+def qkv_attention_smem(H: int, Hq: int, Hkv: int, D: int, cluster: int,
+                       budget: int = QKV_ATTN_SMEM_BUDGET) -> tuple[int, int]:
+    """(dynamic shared memory bytes, W rows preloaded a CTA) of ``qkv_attention_decode``; mirrors
+    the kernel's layout: [K/V stage 0][area A: max(stage, pre_rows W rows)][tail: max(x row,
+    merge inputs)]. A CTA preloads all of its W rows when they fit ``budget`` (with the static
+    shared memory), else as many as fit; the rest stream after its PDL wait."""
+    from fixedgraph.ops.gemv import xs_stride
+
+    G, C = Hq // Hkv, cluster
+    stage = 2 * DECODE_TILE_KEYS * (D + 8) * 2
+    per_owner = -(-G * (D // 4) // C)
+    tail = max(xs_stride(H) * 2, C * per_owner * 16 + C * QKV_ATTN_MAX_GROUP * 8)
+    rows_c = -(-(G + 2) * D // C)
+    room = budget - QKV_ATTN_STATIC_BYTES - stage - tail
+    pre_rows = max(0, min(rows_c, room // (H * 2)))
+    area = max(stage, (pre_rows * H * 2 + 15) // 16 * 16)
+    return stage + area + tail, pre_rows
+
+
+def qkv_attention_decode(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
+                         norm_w: Arg, w: Arg, bias: Arg | None, q_norm: Arg | None, k_norm: Arg | None,
+                         rope: Arg, positions: Arg, slots: Arg, k_pool: Arg, v_pool: Arg, block_table: Arg,
+                         seq_len: Arg, max_blocks: int, block_size: int, H: int, Hq: int, Hkv: int, D: int,
+                         scale: float, eps: float, cluster: int | None = None,
+                         label: str = "norm+qkv+attention", smem_budget: int | None = None) -> int:
+    """``gemv_rmsnorm`` (norm + qkv projection) then ``attention_decode_rope`` in ONE launch, batch 1.
+
+    Thread-block clusters of ``cluster`` CTAs (default ``qkv_attention_cluster()``), one per kv
+    head: each CTA computes its share of the head group's q / k / v rows, every CTA of the cluster
+    receives them in distributed shared memory, and CTA c attends key split c (the split layout
+    of ``attention_decode`` with S = cluster); the splits merge over distributed shared memory,
+    so no qkv vector, partial or arrival counter goes through global memory and no scratch is
+    needed. smem_budget: the shared memory a CTA may use (default QKV_ATTN_SMEM_BUDGET; tests).
+    out: [1, Hq * D] bf16, written. hidden_in / delta / hidden_out / norm_w / w / bias:
+    as ``gemv_rmsnorm`` with N = (Hq + 2 Hkv) * D, K = H (hidden_out: hidden_in + delta, written
+    by one CTA; must not alias hidden_in). q_norm ... seq_len, max_blocks, block_size: as
+    ``attention_decode_rope`` (rows = 1; its PDL note holds: the launch before this one may write
+    hidden_in / delta but none of the metadata or the pools). q, k, the pools and out match the
+    two-launch path up to the order of fp32 sums in the projection and the attention.
+    Returns the op index.
+    """
+    op = "qkv_attention_decode"
+    C = qkv_attention_cluster() if cluster is None else int(cluster)
+    if not qkv_attention_supported(1, H, Hq, Hkv, D, C):
+        raise ValueError(f"{op}: H={H}, Hq={Hq}, Hkv={Hkv}, D={D}, cluster={C} is not supported: needs head_dim "
+                         f"in {QKV_ATTN_HEAD_DIMS}, Hq / Hkv <= {QKV_ATTN_MAX_GROUP}, H % 8 == 0, a cluster of "
+                         f"1..{QKV_ATTN_MAX_CLUSTER} CTAs and at most {QKV_ATTN_MAX_ROWS} qkv rows a CTA; use "
+                         f"gemv_rmsnorm + attention_decode_rope")
+    if max_blocks < 1 or block_size < 1:
+        raise ValueError(f"{op}: max_blocks={max_blocks}, block_size={block_size} must be >= 1")
+    if hidden_out is not None and hidden_out == hidden_in:
+        raise ValueError(f"{op}: hidden_out must not alias hidden_in; ping-pong two residual buffers")
+    shared, pre_rows = qkv_attention_smem(H, Hq, Hkv, D, C, QKV_ATTN_SMEM_BUDGET if smem_budget is None else smem_budget)
+    args = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias), _ptr(q_norm), _ptr(k_norm),
+            rope, positions, slots, k_pool, v_pool, block_table, seq_len, int(max_blocks), int(block_size),
+            int(H), int(Hq), int(Hkv), int(D), int(pre_rows), float(scale), float(eps))
+    return prog.launch(f"decode_qkv_attention_d{D}", (C, Hkv, 1), (DECODE_THREADS, 1, 1), args, shared=shared,
+                       label=label, cluster=(C, 1, 1) if C > 1 else None)
+
+
+QKV_ATTN_ENTRIES = frozenset(f"decode_qkv_attention_d{d}" for d in QKV_ATTN_HEAD_DIMS)
+
+
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,
                       num_splits: int, label: str = "attention_combine") -> int:
     """Legacy: merge S split partials into out. ``attention_decode`` no longer needs it.
