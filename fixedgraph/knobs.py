@@ -88,6 +88,8 @@ KNOBS: tuple[Knob, ...] = (
          "attention as one clustered launch (0 never, 1 always)", "fixedgraph.ops.attention.qkv_attention_max_ctx"),
     Knob("FIXEDGRAPH_QKV_ATTN_CLUSTER", "tuning", "16", "CTAs (key splits) per kv head of the clustered norm + qkv + "
          "attention launch", "fixedgraph.ops.attention.qkv_attention_cluster"),
+    Knob("FIXEDGRAPH_QKV_ATTN_SMEM_KB", "tuning", "113", "shared memory (KiB) a CTA of the clustered launch may use "
+         "(W rows past it stream after the PDL wait)", "fixedgraph.ops.attention.qkv_attention_budget"),
     # build
     Knob("FIXEDGRAPH_CUDA_INCLUDE", "build", "(searched)", "the CUDA include directory for building the Cython "
          "extensions", "setup.py"),

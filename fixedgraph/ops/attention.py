@@ -339,6 +339,15 @@ def qkv_attention_cluster() -> int:
     return C
 
 
+def qkv_attention_budget() -> int:
+    """FIXEDGRAPH_QKV_ATTN_SMEM_KB (default QKV_ATTN_SMEM_BUDGET / 1024): the shared memory (KiB,
+    static included) a CTA of the clustered launch may use; past ~113 one CTA fits an SM."""
+    kb = _env_count("FIXEDGRAPH_QKV_ATTN_SMEM_KB", QKV_ATTN_SMEM_BUDGET >> 10, "KiB", minimum=48)
+    if kb > 227:
+        raise ValueError(f"FIXEDGRAPH_QKV_ATTN_SMEM_KB={kb}: a CTA holds at most 227 KiB of shared memory")
+    return kb << 10
+
+
 def qkv_attention_smem(H: int, Hq: int, Hkv: int, D: int, cluster: int,
                        budget: int = QKV_ATTN_SMEM_BUDGET) -> tuple[int, int]:
     """(dynamic shared memory bytes, W rows preloaded a CTA) of ``qkv_attention_decode``; mirrors
@@ -371,7 +380,7 @@ def qkv_attention_decode(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | N
     receives them in distributed shared memory, and CTA c attends key split c (the split layout
     of ``attention_decode`` with S = cluster); the splits merge over distributed shared memory,
     so no qkv vector, partial or arrival counter goes through global memory and no scratch is
-    needed. smem_budget: the shared memory a CTA may use (default QKV_ATTN_SMEM_BUDGET; tests).
+    needed. smem_budget: the shared memory a CTA may use (default ``qkv_attention_budget()``).
     out: [1, Hq * D] bf16, written. hidden_in / delta / hidden_out / norm_w / w / bias:
     as ``gemv_rmsnorm`` with N = (Hq + 2 Hkv) * D, K = H (hidden_out: hidden_in + delta, written
     by one CTA; must not alias hidden_in). q_norm ... seq_len, max_blocks, block_size: as
@@ -391,12 +400,14 @@ def qkv_attention_decode(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | N
         raise ValueError(f"{op}: max_blocks={max_blocks}, block_size={block_size} must be >= 1")
     if hidden_out is not None and hidden_out == hidden_in:
         raise ValueError(f"{op}: hidden_out must not alias hidden_in; ping-pong two residual buffers")
-    shared, pre_rows = qkv_attention_smem(H, Hq, Hkv, D, C, QKV_ATTN_SMEM_BUDGET if smem_budget is None else smem_budget)
+    shared, pre_rows = qkv_attention_smem(H, Hq, Hkv, D, C, qkv_attention_budget() if smem_budget is None else smem_budget)
     args = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias), _ptr(q_norm), _ptr(k_norm),
             rope, positions, slots, k_pool, v_pool, block_table, seq_len, int(max_blocks), int(block_size),
             int(H), int(Hq), int(Hkv), int(D), int(pre_rows), float(scale), float(eps))
+    # carveout 100: the driver may otherwise size the SM's shared memory for one CTA, and a GPU
+    # holds only 7 clusters of 16 at one CTA per SM (tools/cluster_fit.py on the H200: 14 at two)
     return prog.launch(f"decode_qkv_attention_d{D}", (C, Hkv, 1), (DECODE_THREADS, 1, 1), args, shared=shared,
-                       label=label, cluster=(C, 1, 1) if C > 1 else None)
+                       label=label, cluster=(C, 1, 1) if C > 1 else None, carveout=100)
 
 
 QKV_ATTN_ENTRIES = frozenset(f"decode_qkv_attention_d{d}" for d in QKV_ATTN_HEAD_DIMS)
