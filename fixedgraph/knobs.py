@@ -84,12 +84,6 @@ KNOBS: tuple[Knob, ...] = (
          "fixedgraph.ops.attention.smem_pad_bytes"),
     Knob("FIXEDGRAPH_ATTN_LONG_MERGE", "tuning", "1", "0 keeps the short decode entry at 24 splits and more",
          "fixedgraph.ops.attention.decode_rope_entry"),
-    Knob("FIXEDGRAPH_QKV_ATTN", "tuning", "0", "batch-1 decode graphs up to this many keys run norm + qkv + "
-         "attention as one clustered launch (0 never, 1 always)", "fixedgraph.ops.attention.qkv_attention_max_ctx"),
-    Knob("FIXEDGRAPH_QKV_ATTN_CLUSTER", "tuning", "16", "CTAs (key splits) per kv head of the clustered norm + qkv + "
-         "attention launch", "fixedgraph.ops.attention.qkv_attention_cluster"),
-    Knob("FIXEDGRAPH_QKV_ATTN_SMEM_KB", "tuning", "113", "shared memory (KiB) a CTA of the clustered launch may use "
-         "(W rows past it stream after the PDL wait)", "fixedgraph.ops.attention.qkv_attention_budget"),
     # build
     Knob("FIXEDGRAPH_CUDA_INCLUDE", "build", "(searched)", "the CUDA include directory for building the Cython "
          "extensions", "setup.py"),

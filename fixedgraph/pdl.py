@@ -21,12 +21,12 @@ starts, i.e. lies in ``[settled(R), R)``. It runs at bind time, on every backend
 from __future__ import annotations
 
 from fixedgraph.errors import LaunchConfigError
-from fixedgraph.ops.attention import DECODE_ROPE_ENTRIES, QKV_ATTN_ENTRIES
+from fixedgraph.ops.attention import DECODE_ROPE_ENTRIES
 
 # Entries that read before their wait data that other grids write: the fused decode attention
 # reads the staged seq_len / block_table / slots and its layer's K/V pools (decode_tc in
-# ptx/src/attention_decode.cuh), and so does the clustered norm + qkv + attention (qkv_attention.cu).
-PRE_WAIT_READERS = DECODE_ROPE_ENTRIES | QKV_ATTN_ENTRIES
+# ptx/src/attention_decode.cuh).
+PRE_WAIT_READERS = DECODE_ROPE_ENTRIES
 STAGED_WRITERS = frozenset({"stage_meta", "stage_meta_ring", "stage_meta_ring_embed"})  # write the step's staged metadata
 POOL_WRITERS = frozenset({*PRE_WAIT_READERS, "qk_norm_rope_kv"})  # write k_pool / v_pool (their args)
 POOL_PARAMS = ("k_pool", "v_pool")

@@ -211,47 +211,24 @@ class DenseDecoder:
             s.max_blocks, s.block_size, self.Hq, self.Hkv, self.D, self.scale, c.rms_norm_eps, S,
             label=f"{L}qk_norm_rope+attention")
 
-    def _qkv_attention(self, rows: int, ctx: int) -> bool:
-        """Whether a decode graph of ``rows`` rows at context bucket ``ctx`` runs each layer's
-        norm + qkv + attention as one clustered launch (ops.attention.qkv_attention_decode;
-        FIXEDGRAPH_QKV_ATTN)."""
-        return (ctx <= attention.qkv_attention_max_ctx()
-                and attention.qkv_attention_supported(rows, self.H, self.Hq, self.Hkv, self.D))
-
-    def _fused_layers(self, prog: Program, rows: int, mref, S: int, first_late: bool = False,
-                      qkv_attn: bool = False) -> str:
+    def _fused_layers(self, prog: Program, rows: int, mref, S: int, first_late: bool = False) -> str:
         """The decode layers with each norm folded into the GEMV after it and SiLU*up into the
         gate_up GEMV's epilogue (rows <= 8): five launches per layer. The residual stream ping-pongs between ``hidden`` and
         ``hidden2`` (a fused GEMV reads one and one CTA writes the other); returns the region
         holding it at the end, with the last MLP output still in ``delta``. ``first_late``: layer
-        0's norm + qkv signals late (after ``stage_meta_ring_embed``, see ``_decode_step``).
-        ``qkv_attn``: norm + qkv and the attention as one clustered launch (four launches a layer),
-        except in layer 0 after ``stage_meta_ring_embed``, whose metadata the clustered launch
-        would read before its wait (fixedgraph/pdl.py)."""
+        0's norm + qkv signals late (after ``stage_meta_ring_embed``, see ``_decode_step``)."""
         c, H, I, D = self.cfg, self.H, self.I, self.D
         cur, other = "hidden", "hidden2"
         for i in range(c.num_layers):
             L = f"L{i}."
-            if qkv_attn and not (first_late and i == 0):
-                s = self.sizes
-                attention.qkv_attention_decode(
-                    prog, Ref("attn"), Ref(cur), Ref("delta") if i else None, Ref(other) if i else None,
-                    Ref(L + "in_norm"), Ref(L + "qkv_w"), Ref(L + "qkv_b") if c.attention_bias else None,
-                    Ref(L + "q_norm") if c.qk_norm else None, Ref(L + "k_norm") if c.qk_norm else None, Ref("rope"),
-                    mref("positions"), mref("slot"), Ref(L + "k_pool"), Ref(L + "v_pool"), mref("block_table"),
-                    mref("seq_len"), s.max_blocks, s.block_size, H, self.Hq, self.Hkv, D, self.scale,
-                    c.rms_norm_eps, label=f"{L}norm+qkv+attention")
-                if i:
-                    cur, other = other, cur
-            else:
-                # layer 0 has no delta to add: the stream stays where the embedding put it
-                gemv.gemv_rmsnorm(prog, Ref("qkv"), Ref(cur), Ref("delta") if i else None, Ref(other) if i else None,
-                                  Ref(L + "in_norm"), Ref(L + "qkv_w"), Ref(L + "qkv_b") if c.attention_bias else None,
-                                  rows, self.QKV, H, c.rms_norm_eps, label=f"{L}norm+qkv_proj",
-                                  lean=False if first_late and i == 0 else None)
-                if i:
-                    cur, other = other, cur
-                self._attend_rope(prog, L, i, rows, mref, S)
+            # layer 0 has no delta to add: the stream stays where the embedding put it
+            gemv.gemv_rmsnorm(prog, Ref("qkv"), Ref(cur), Ref("delta") if i else None, Ref(other) if i else None,
+                              Ref(L + "in_norm"), Ref(L + "qkv_w"), Ref(L + "qkv_b") if c.attention_bias else None,
+                              rows, self.QKV, H, c.rms_norm_eps, label=f"{L}norm+qkv_proj",
+                              lean=False if first_late and i == 0 else None)
+            if i:
+                cur, other = other, cur
+            self._attend_rope(prog, L, i, rows, mref, S)
             gemv.gemv(prog, Ref("delta"), Ref("attn"), Ref(L + "o_w"), None, rows, H, self.Hq * D, label=f"{L}o_proj")
             gemv.gemv_rmsnorm_silu(prog, Ref("act"), Ref(cur), Ref("delta"), Ref(other), Ref(L + "post_norm"),
                                    Ref(L + "gate_up_w"), None, rows, I, H, c.rms_norm_eps,
@@ -325,8 +302,7 @@ class DenseDecoder:
             self._stage(prog, region, nbytes)
             embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
                                     label="embed")
-        cur = self._fused_layers(prog, width, mref, self.splits[(width, ctx)], first_late=fused_stage,
-                                 qkv_attn=self._qkv_attention(width, ctx))
+        cur = self._fused_layers(prog, width, mref, self.splits[(width, ctx)], first_late=fused_stage)
         head = Ref("embed") if self.cfg.tie_word_embeddings else Ref("lm_head")
         if self._fused_head and not sampling:  # final norm + lm_head + argmax in one launch
             gemv.gemv_rmsnorm_argmax(prog, Ref("logits"), Ref("tokens"), HostPtr(RING), mref("step"),

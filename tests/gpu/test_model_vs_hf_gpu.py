@@ -14,22 +14,6 @@ def test_teacher_forced_logits_with_heads_on_n(name, mode, cuda, tmp_path, rng, 
     check_teacher_forced(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=64)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "qwen3-0.6b"])
-def test_teacher_forced_logits_with_clustered_qkv_attention(name, cuda, tmp_path, rng, monkeypatch):
-    # FIXEDGRAPH_QKV_ATTN=1: norm + qkv + attention as one launch of clusters (16 CTAs a kv head,
-    # distributed shared memory) in every layer but the first, against float32 transformers
-    monkeypatch.setenv("FIXEDGRAPH_QKV_ATTN", "1")
-    llm, _, _ = check_teacher_forced(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=64)
-    entries = [l.entry for l in llm.model.decode_program(1, False).launches]
-    assert entries.count(f"decode_qkv_attention_d{llm.model.D}") == llm.config.num_layers - 1
-
-
-def test_teacher_forced_logits_at_3k_keys_with_clustered_qkv_attention(cuda, tmp_path, rng, monkeypatch):
-    # 16 splits of ~190 keys (several tiles a CTA, the token in the last split's last tile)
-    monkeypatch.setenv("FIXEDGRAPH_QKV_ATTN", "1")
-    check_teacher_forced("qwen3-0.6b", "cuda", tmp_path, rng, prompt_len=3000, n_new=24, chunk=256)
-
-
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-odd", "qwen3-0.6b"])
 def test_teacher_forced_logits_128_prompt_64_decode(name, cuda, tmp_path, rng):
     check_teacher_forced(name, "cuda", tmp_path, rng, prompt_len=128, n_new=64, chunk=64)

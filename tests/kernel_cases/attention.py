@@ -12,7 +12,7 @@ import numpy as np
 from fixedgraph import bf16
 from fixedgraph.ops.attention import (SCRATCH_COUNT, SCRATCH_ML, SCRATCH_O, attention_combine,
                                       attention_decode, attention_decode_rope, attention_prefill,
-                                      decode_scratch, qkv_attention_decode)
+                                      decode_scratch)
 from fixedgraph.ops.rope_kv import qk_norm_rope_kv
 from fixedgraph.program import Program, Ref
 from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison, rand_bf16, run_case
@@ -207,117 +207,41 @@ def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D:
                           swap=swap)
 
     def reference(x):
-        res = _rope_attention_ref(x, x["qkv"], lens, rows, bs, Hq, Hkv, D, scale, norm, k.data.shape)
-        res.update(_rope_kv_twin(x, rows, Hq, Hkv, D, norm))
+        qkv = x["qkv"].reshape(rows, heads, D).astype(np.float64)
+        q, kk, vv = qkv[:, :Hq], qkv[:, Hq:Hq + Hkv], qkv[:, Hq + Hkv:]
+
+        def rb(t):  # a bf16 store
+            return bf16.round_f32(t.astype(np.float32)).astype(np.float64)
+
+        if norm:  # rounding points of add_rmsnorm: bf16(w * bf16(x / rms))
+            for t, w in ((q, x["q_norm"]), (kk, x["k_norm"])):
+                t[:] = rb(w * rb(t / np.sqrt(np.mean(t * t, axis=-1, keepdims=True) + ROPE_EPS)))
+        cs = x["rope"].astype(np.float64)[x["positions"].astype(np.int64)]  # [rows, D/2, 2]
+        c, s_ = cs[:, None, :, 0], cs[:, None, :, 1]
+
+        def rotate(t):  # rotate_half, then stored as bf16
+            t1, t2 = t[..., : D // 2], t[..., D // 2:]
+            return rb(np.concatenate([t1 * c - t2 * s_, t2 * c + t1 * s_], axis=-1))
+
+        q, kk = rotate(q), rotate(kk)
+        kp = x["k_pool"].astype(np.float64).reshape(-1, Hkv, D).copy()
+        vp = x["v_pool"].astype(np.float64).reshape(-1, Hkv, D).copy()
+        for r, sl in enumerate(x["slots"]):
+            if sl >= 0:
+                kp[sl], vp[sl] = kk[r], vv[r]
+        kp, vp = kp.reshape(k.data.shape), vp.reshape(v.data.shape)
+        out = np.zeros((rows, Hq, D))
+        for r, n in enumerate(lens):
+            kr, vr = _gather(kp, x["block_table"][r], n, bs), _gather(vp, x["block_table"][r], n, bs)
+            for h in range(Hq):
+                out[r, h] = _softmax_attention(q[r, h], kr[:, h // G], vr[:, h // G], scale)
+        res = {"out": out.reshape(rows, Hq * D), **_rope_kv_twin(x, rows, Hq, Hkv, D, norm)}
         if SCRATCH_COUNT in checks:
             res[SCRATCH_COUNT] = np.zeros_like(x[SCRATCH_COUNT])
         return res
 
     return KernelCase(name, prog, buffers, checks, reference,
                       notes=f"seq_len={lens}, slots={slots.tolist()}, num_splits={S}, qk_norm={norm}")
-
-
-def _rope_attention_ref(x: dict, qkv_values: np.ndarray, lens: list[int], rows: int, bs: int, Hq: int, Hkv: int,
-                        D: int, scale: float, norm: bool, pool_shape) -> dict:
-    """float64 QK-norm + RoPE + KV write + attention of q / k / v values ``qkv_values`` ([rows,
-    (Hq + 2 Hkv) * D]) over the case's pools: {"out", "k_pool", "v_pool"}."""
-    G = Hq // Hkv
-    qkv = qkv_values.reshape(rows, Hq + 2 * Hkv, D).astype(np.float64)
-    q, kk, vv = qkv[:, :Hq], qkv[:, Hq:Hq + Hkv], qkv[:, Hq + Hkv:]
-
-    def rb(t):  # a bf16 store
-        return bf16.round_f32(t.astype(np.float32)).astype(np.float64)
-
-    if norm:  # rounding points of add_rmsnorm: bf16(w * bf16(x / rms))
-        for t, w in ((q, x["q_norm"]), (kk, x["k_norm"])):
-            t[:] = rb(w * rb(t / np.sqrt(np.mean(t * t, axis=-1, keepdims=True) + ROPE_EPS)))
-    cs = x["rope"].astype(np.float64)[x["positions"].astype(np.int64)]  # [rows, D/2, 2]
-    c, s_ = cs[:, None, :, 0], cs[:, None, :, 1]
-
-    def rotate(t):  # rotate_half, then stored as bf16
-        t1, t2 = t[..., : D // 2], t[..., D // 2:]
-        return rb(np.concatenate([t1 * c - t2 * s_, t2 * c + t1 * s_], axis=-1))
-
-    q, kk = rotate(q), rotate(kk)
-    kp = x["k_pool"].astype(np.float64).reshape(-1, Hkv, D).copy()
-    vp = x["v_pool"].astype(np.float64).reshape(-1, Hkv, D).copy()
-    for r, sl in enumerate(x["slots"]):
-        if sl >= 0:
-            kp[sl], vp[sl] = kk[r], vv[r]
-    kp, vp = kp.reshape(pool_shape), vp.reshape(pool_shape)
-    out = np.zeros((rows, Hq, D))
-    for r, n in enumerate(lens):
-        kr, vr = _gather(kp, x["block_table"][r], n, bs), _gather(vp, x["block_table"][r], n, bs)
-        for h in range(Hq):
-            out[r, h] = _softmax_attention(q[r, h], kr[:, h // G], vr[:, h // G], scale) if n else 0.0
-    return {"out": out.reshape(rows, Hq * D), "k_pool": kp, "v_pool": vp}
-
-
-def _qkv_attention_case(name: str, rng, block_size: int, H: int, Hq: int, Hkv: int, D: int, C: int, norm: bool,
-                        bias: bool, seq: int, slot_ok: bool = True, delta: bool = True,
-                        budget: int | None = None) -> KernelCase:
-    """The clustered norm + qkv + QK-norm + RoPE + KV write + attention (batch 1) against float64:
-    rmsnorm(hidden + delta) with add_rmsnorm's rounding points, the projection rounded to bf16,
-    then the fused RoPE attention's reference. The token's pool slot holds NaN before the launch
-    (a split reading it instead of the CTA's own k/v, or a missing write, shows up); slot_ok
-    False: slot -1, no write, key seq - 1 read from the pool. ``budget``: shared memory a CTA may
-    use, to make it stream W rows it cannot preload."""
-    bs, G, N = block_size, Hq // Hkv, (Hq + 2 * Hkv) * D
-    max_blocks = -(-seq // bs) + 1
-    k, v, table = _paged_pools(rng, [seq], bs, Hkv, D, max_blocks)
-    slot = int(table[0, (seq - 1) // bs] * bs + (seq - 1) % bs) if slot_ok else -1
-    if slot_ok:
-        for pool in (k, v):
-            pool.data.reshape(-1, Hkv, D)[slot] = NAN_BF16
-    scale = 1.0 / np.sqrt(D)
-    buffers = {
-        "hidden": Buffer(rng.normal(0, 2.0, (1, H)).astype(np.float32), "f32"),
-        "norm_w": Buffer(bf16.from_f32(1 + 0.2 * rng.standard_normal(H)), "bf16"),
-        "w": rand_bf16(rng, (N, H), 1.0 / np.sqrt(H)),
-        "rope": Buffer(_rope_table(seq + 3, D), "f32"),
-        "positions": Buffer(np.array([seq - 1], np.uint32), "u32"),
-        "slots": Buffer(np.array([slot], np.int64), "i64"),
-        "k_pool": k,
-        "v_pool": v,
-        "block_table": Buffer(table, "i32"),
-        "seq_len": Buffer(np.array([seq], np.int32), "i32"),
-        "out": poison((1, Hq * D), "bf16"),
-    }
-    if delta:
-        buffers["delta"] = rand_bf16(rng, (1, H))
-        buffers["hidden_out"] = poison((1, H), "f32")
-    if bias:
-        buffers["bias"] = rand_bf16(rng, (N,), 0.5)
-    if norm:
-        buffers["q_norm"] = Buffer(bf16.from_f32(1 + 0.3 * rng.standard_normal(D)), "bf16")
-        buffers["k_norm"] = Buffer(bf16.from_f32(1 + 0.3 * rng.standard_normal(D)), "bf16")
-    # k / v come from a bf16 projection computed in another order than float64's: a last-place
-    # flip moves a pool value by one bf16 ulp
-    checks = {"out": DECODE_CHECK, "k_pool": Check(atol=1e-2, rtol=1e-2), "v_pool": Check(atol=1e-2, rtol=1e-2)}
-    if delta:
-        checks["hidden_out"] = Check()
-    opt = (lambda n: Ref(n) if n in buffers else None)
-    prog = Program(name)
-    qkv_attention_decode(prog, Ref("out"), Ref("hidden"), opt("delta"), opt("hidden_out"), Ref("norm_w"), Ref("w"),
-                         opt("bias"), opt("q_norm"), opt("k_norm"), Ref("rope"), Ref("positions"), Ref("slots"),
-                         Ref("k_pool"), Ref("v_pool"), Ref("block_table"), Ref("seq_len"), max_blocks, bs, H, Hq,
-                         Hkv, D, scale, ROPE_EPS, cluster=C, smem_budget=budget)
-
-    def reference(x):
-        def rb(t):  # a bf16 store
-            return bf16.round_f32(np.asarray(t, np.float32)).astype(np.float64)
-
-        h = x["hidden"].astype(np.float64) + (x["delta"].astype(np.float64) if delta else 0.0)
-        h32 = h.astype(np.float32).astype(np.float64)
-        xn = rb(x["norm_w"] * rb(h32 / np.sqrt(np.mean(h32 * h32, axis=-1, keepdims=True) + ROPE_EPS)))
-        qkv = xn @ x["w"].astype(np.float64).T + (x["bias"] if bias else 0.0)
-        res = _rope_attention_ref(x, rb(qkv), [seq], 1, bs, Hq, Hkv, D, scale, norm, k.data.shape)
-        if delta:
-            res["hidden_out"] = h32
-        return res
-
-    return KernelCase(name, prog, buffers, checks, reference,
-                      notes=f"seq_len={seq}, slot={slot}, cluster={C}, qk_norm={norm}, bias={bias}, budget={budget}")
 
 
 def _combine_case(name: str, rng, rows: int, Hq: int, D: int, S: int) -> KernelCase:
@@ -521,30 +445,3 @@ kernel_case("attention_decode_window_r2_bs2_h16kv2_d64_s2")(
     lambda rng: _decode_case("attention_decode_window_r2_bs2_h16kv2_d64_s2", rng, 2, 2, 16, 2, 64, 2,
                              lens=[2100, 1030]))
 _register(PREFILL_CASES, _prefill_case)
-
-# name -> (block_size, H, Hq, Hkv, D, cluster, qk_norm, bias, seq_len[, slot ok, delta, smem budget])
-QKV_ATTENTION_CASES = {
-    # Qwen3-0.6B's layer shape: 16 splits of one key (8 used) at 129 keys; 16 at 3000 (the token in
-    # the last split's third tile); one key
-    "qkv_attention_bs16_h1024_q16kv8_d128_c16_norm_129": (16, 1024, 16, 8, 128, 16, True, False, 129),
-    "qkv_attention_bs16_h1024_q16kv8_d128_c16_norm_3000": (16, 1024, 16, 8, 128, 16, True, False, 3000),
-    "qkv_attention_bs16_h1024_q16kv8_d128_c16_norm_1": (16, 1024, 16, 8, 128, 16, True, False, 1),
-    # Qwen2-style bias, no QK-norm, G = 7 at head dim 64 (Qwen2.5-0.5B: H 896, 14 / 2 heads), the
-    # token's slot -1 (key seq - 1 read from the pool), layer 0 (no delta)
-    "qkv_attention_bs16_h896_q14kv2_d64_c16_bias_700": (16, 896, 14, 2, 64, 16, False, True, 700),
-    "qkv_attention_bs16_h896_q14kv2_d64_c16_bias_noslot": (16, 896, 14, 2, 64, 16, False, True, 200, False),
-    "qkv_attention_bs16_h896_q14kv2_d64_c8_nodelta": (16, 896, 14, 2, 64, 8, False, False, 65, True, False),
-    # G = 4 at head dim 64 (Llama-3.2-1B: H 2048, 32 / 8), clusters of 4; G = 1 at d96 with a block
-    # size that is not a power of two; splits of ~650 blocks at block size 1 (the block-table
-    # window moves)
-    "qkv_attention_bs16_h2048_q32kv8_d64_c4": (16, 2048, 32, 8, 64, 4, False, False, 1000),
-    "qkv_attention_bs24_h768_q8kv8_d96_c4_norm": (24, 768, 8, 8, 96, 4, True, False, 333),
-    "qkv_attention_bs1_h512_q8kv2_d128_c8": (1, 512, 8, 2, 128, 8, False, False, 5200),
-    # W rows streamed after the wait: a budget that preloads some of a CTA's rows, and one that
-    # preloads none
-    "qkv_attention_bs16_h1024_q16kv8_d128_c16_stream": (16, 1024, 16, 8, 128, 16, True, False, 500, True, True,
-                                                         80 << 10),
-    "qkv_attention_bs16_h1024_q16kv8_d128_c16_stream0": (16, 1024, 16, 8, 128, 16, False, True, 200, True, True,
-                                                          40 << 10),
-}
-_register(QKV_ATTENTION_CASES, _qkv_attention_case)

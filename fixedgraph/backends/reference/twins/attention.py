@@ -55,18 +55,17 @@ def _split_keys(n: int, S: int, block_size: int) -> tuple[int, int]:
 
 def _attend(mem, entry: str, out, o_part, ml_part, counters, qf: np.ndarray, k_pool, v_pool,
             block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, S, scale,
-            current: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, scratch: bool = True) -> None:
+            current: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
     """Split-K decode of q ``qf`` (float32 [rows, Hkv, G, D]) over the pools, merged into ``out``.
 
     ``current`` (k, v float32 [rows, Hkv, D], take bool [rows]): rows with take[r] use k[r], v[r]
-    as key seq_len[r] - 1 instead of the pools' contents (the fused RoPE entries). ``scratch``
-    False: the splits merge without global scratch (the clustered entries): none is read or written.
+    as key seq_len[r] - 1 instead of the pools' contents (the fused RoPE entries).
     """
     G = Hq // Hkv
     bt = mem.view(block_table, np.int32, rows * max_blocks).reshape(rows, max_blocks)
     lens = np.clip(mem.view(seq_len, np.int32, rows).astype(np.int64), 0, max_blocks * block_size)
     res = np.zeros((rows, Hkv, G, D), np.float32)
-    if S > 1 and scratch:
+    if S > 1:
         ctr = mem.view(counters, np.uint32, rows * Hkv).reshape(rows, Hkv)
         o_view = mem.view(o_part, np.float32, rows * Hq * S * D).reshape(rows, Hkv, G, S, D)
         ml_view = mem.view(ml_part, np.float32, rows * Hq * S * 2).reshape(rows, Hkv, G, S, 2)
@@ -75,7 +74,7 @@ def _attend(mem, entry: str, out, o_part, ml_part, counters, qf: np.ndarray, k_p
         kps, used = _split_keys(n, S, block_size)
         if used == 0:
             continue
-        if used > 1 and scratch and ctr[r].any():
+        if used > 1 and ctr[r].any():
             raise ValueError(
                 f"{entry}: arrival counters of row {r} are {ctr[r].tolist()}, not 0: the counter "
                 f"scratch region must be zeroed once at boot (the kernel leaves it at 0 after every "
@@ -91,9 +90,9 @@ def _attend(mem, entry: str, out, o_part, ml_part, counters, qf: np.ndarray, k_p
         if used == 1:
             res[r] = o[:, :, 0]
             continue
-        if scratch:  # what the splits leave in scratch (m in natural-log units), then the last arrival's merge
-            o_view[r, :, :, :used] = o
-            ml_view[r, :, :, :used] = np.stack([m, l], axis=-1)
+        # What the splits leave in scratch (m in natural-log units), then the last arrival's merge.
+        o_view[r, :, :, :used] = o
+        ml_view[r, :, :, :used] = np.stack([m, l], axis=-1)
         w = l * np.exp(m - m.max(axis=-1, keepdims=True))
         res[r] = np.einsum("kgs,kgsd->kgd", w, o) / w.sum(axis=-1)[..., None]
     mem.view(out, np.uint16, rows * Hq * D)[:] = bf16.from_f32(res.reshape(-1))
@@ -135,48 +134,37 @@ def _decode_rope(D_entry: int, name: str = ""):
             raise ValueError(f"{entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
         if any(a % 16 for a in (qkv, q_norm, k_norm, rope, k_pool, v_pool)):
             raise ValueError(f"{entry}: qkv, norms, rope and pools must be 16-byte aligned")
+        # qk_norm_rope_kv: q and k normed (optionally) and rotated in float32, stored bf16.
         raw = mem.view(qkv, np.uint16, rows * (Hq + 2 * Hkv) * D).reshape(rows, -1, D)  # bf16 bits
-        rope_attend(mem, entry, out, o_part, ml_part, counters, raw, q_norm, k_norm, rope, positions, slots,
-                    k_pool, v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits,
-                    scale, eps)
+        x = bf16.to_f32(raw)
+        pos = mem.view(positions, np.uint32, rows).astype(np.int64)
+        table = mem.view(rope, np.float32, (int(pos.max()) + 1) * D).reshape(-1, D // 2, 2)
+        cos, sin = table[pos, :, 0][:, None, :], table[pos, :, 1][:, None, :]  # [rows, 1, D/2]
+        q, k = x[:, :Hq], x[:, Hq:Hq + Hkv]
+        if q_norm:
+            q = rms_norm_bf16(q, bf16.to_f32(mem.view(q_norm, np.uint16, D)), eps)
+        if k_norm:
+            k = rms_norm_bf16(k, bf16.to_f32(mem.view(k_norm, np.uint16, D)), eps)
+        q = bf16.round_f32(_rotate_half(q, cos, sin))  # [rows, Hq, D]: the CTA's s_q
+        k_bits = bf16.from_f32(_rotate_half(k, cos, sin))  # [rows, Hkv, D]
+        v_bits = raw[:, Hq + Hkv:]
+        # The KV write of the owning CTA of each (row, kv head); a negative slot writes nothing.
+        slot = mem.view(slots, np.int64, rows)
+        live = slot >= 0
+        if live.any():
+            n_slots = int(slot[live].max()) + 1
+            mem.view(k_pool, np.uint16, n_slots * Hkv * D).reshape(n_slots, Hkv, D)[slot[live]] = k_bits[live]
+            mem.view(v_pool, np.uint16, n_slots * Hkv * D).reshape(n_slots, Hkv, D)[slot[live]] = v_bits[live]
+        # Key seq_len - 1 comes from the CTA, not the pool, for rows that wrote it and attend it.
+        seq = mem.view(seq_len, np.int32, rows).astype(np.int64)
+        take = live & (seq >= 1) & (seq <= max_blocks * block_size)
+        current = (bf16.to_f32(k_bits), bf16.to_f32(v_bits), take)
+        _attend(mem, entry, out, o_part, ml_part, counters, q.reshape(rows, Hkv, Hq // Hkv, D), k_pool,
+                v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits,
+                scale, current)
 
     run.__name__ = f"paged_attention_decode_rope{name}_d{D_entry}"
     return run
-
-
-def rope_attend(mem, entry, out, o_part, ml_part, counters, raw: np.ndarray, q_norm, k_norm, rope, positions, slots,
-                k_pool, v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale,
-                eps, scratch: bool = True) -> None:
-    """QK-norm + RoPE + KV write + split-K decode of the q / k / v rows ``raw`` (bf16 bits
-    [rows, Hq + 2 Hkv, D]): the fused RoPE entries' results (and the clustered entries', with
-    ``scratch`` False)."""
-    # qk_norm_rope_kv: q and k normed (optionally) and rotated in float32, stored bf16.
-    x = bf16.to_f32(raw)
-    pos = mem.view(positions, np.uint32, rows).astype(np.int64)
-    table = mem.view(rope, np.float32, (int(pos.max()) + 1) * D).reshape(-1, D // 2, 2)
-    cos, sin = table[pos, :, 0][:, None, :], table[pos, :, 1][:, None, :]  # [rows, 1, D/2]
-    q, k = x[:, :Hq], x[:, Hq:Hq + Hkv]
-    if q_norm:
-        q = rms_norm_bf16(q, bf16.to_f32(mem.view(q_norm, np.uint16, D)), eps)
-    if k_norm:
-        k = rms_norm_bf16(k, bf16.to_f32(mem.view(k_norm, np.uint16, D)), eps)
-    q = bf16.round_f32(_rotate_half(q, cos, sin))  # [rows, Hq, D]: the CTA's s_q
-    k_bits = bf16.from_f32(_rotate_half(k, cos, sin))  # [rows, Hkv, D]
-    v_bits = raw[:, Hq + Hkv:]
-    # The KV write of the owning CTA of each (row, kv head); a negative slot writes nothing.
-    slot = mem.view(slots, np.int64, rows)
-    live = slot >= 0
-    if live.any():
-        n_slots = int(slot[live].max()) + 1
-        mem.view(k_pool, np.uint16, n_slots * Hkv * D).reshape(n_slots, Hkv, D)[slot[live]] = k_bits[live]
-        mem.view(v_pool, np.uint16, n_slots * Hkv * D).reshape(n_slots, Hkv, D)[slot[live]] = v_bits[live]
-    # Key seq_len - 1 comes from the CTA, not the pool, for rows that wrote it and attend it.
-    seq = mem.view(seq_len, np.int32, rows).astype(np.int64)
-    take = live & (seq >= 1) & (seq <= max_blocks * block_size)
-    current = (bf16.to_f32(k_bits), bf16.to_f32(v_bits), take)
-    _attend(mem, entry, out, o_part, ml_part, counters, q.reshape(rows, Hkv, Hq // Hkv, D), k_pool,
-            v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits,
-            scale, current, scratch)
 
 
 for _d in DECODE_ROPE_DIMS:
@@ -192,42 +180,6 @@ for _d in DECODE_ROPE_DIMS:
     twin(f"paged_attention_decode_rope_swp_d{_d}")(_decode_rope(_d, "_swp"))
 twin("paged_attention_decode_rope_long_swp_d128")(_decode_rope(128, "_long_swp"))
 
-
-
-def _qkv_attention(D_entry: int):
-    def run(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, q_norm, k_norm, rope, positions,
-            slots, k_pool, v_pool, block_table, seq_len, max_blocks, block_size, K, Hq, Hkv, D, pre_rows, scale,
-            eps, *, cluster=(1, 1, 1)):
-        entry = f"decode_qkv_attention_d{D_entry}"
-        C = int(cluster[0]) * int(cluster[1]) * int(cluster[2])
-        if D != D_entry or Hkv < 1 or Hq % Hkv or Hq // Hkv > 8 or tuple(grid) != (C, Hkv, 1) or C > 16:
-            raise ValueError(f"{entry}: D={D}, Hq={Hq}, Hkv={Hkv}, grid={tuple(grid)}, cluster={tuple(cluster)}: "
-                             "launch it via fixedgraph.ops.attention.qkv_attention_decode")
-        if K % 8 or any(a % 16 for a in (hidden_in, w, q_norm, k_norm, rope, k_pool, v_pool)):
-            raise ValueError(f"{entry}: K={K} must be a multiple of 8; hidden_in, w, norms, rope and pools "
-                             "16-byte aligned")
-        # norm + qkv as gemv_rmsnorm (each value rounded once to bf16), kept in the CTAs: no qkv region
-        h = mem.view(hidden_in, np.float32, K).reshape(1, K).copy()
-        if delta:
-            h += bf16.to_f32(mem.view(delta, np.uint16, K).reshape(1, K))
-        if hidden_out:
-            mem.view(hidden_out, np.float32, K)[:] = h.ravel()
-        x = rms_norm_bf16(h, bf16.to_f32(mem.view(norm_w, np.uint16, K)), eps)
-        N = (Hq + 2 * Hkv) * D
-        y = x @ bf16.to_f32(mem.view(w, np.uint16, N * K)).reshape(N, K).T
-        if bias:
-            y += bf16.to_f32(mem.view(bias, np.uint16, N))
-        raw = bf16.from_f32(y).reshape(1, -1, D)
-        # the cluster's CTAs are its key splits; they merge in distributed shared memory
-        rope_attend(mem, entry, out, 0, 0, 0, raw, q_norm, k_norm, rope, positions, slots, k_pool, v_pool,
-                    block_table, seq_len, 1, max_blocks, block_size, Hq, Hkv, D, C, scale, eps, scratch=False)
-
-    run.__name__ = f"decode_qkv_attention_d{D_entry}"
-    return run
-
-
-for _d in DECODE_ROPE_DIMS:
-    twin(f"decode_qkv_attention_d{_d}")(_qkv_attention(_d))
 
 @twin("paged_attention_combine")
 def paged_attention_combine(mem, grid, block, out, o_part, ml_part, rows, Hq, D, num_splits):
