@@ -7,8 +7,8 @@
     python tools/build_ptx.py --trace DIR   # timeline-traced modules (-DFG_TRACE) into DIR, for
                                             # FIXEDGRAPH_PTX_DIR=DIR (tools/timeline.py)
     python tools/build_ptx.py --trace DIR --light   # light records: thread 0 only, no entry barrier
-    python tools/build_ptx.py attention -D FG_KV_COPY_CLAMP --out ptx_kc   # an A/B build of a
-                                            # module under a macro, for FIXEDGRAPH_PTX_DIR=$PWD/ptx_kc
+    python tools/build_ptx.py attention -D NAME --out ptx_NAME   # an A/B build of a module under a
+                                            # macro, for FIXEDGRAPH_PTX_DIR=$PWD/ptx_NAME
 
 One module per .cu file (headers are *.cuh). Output is deterministic for a given nvcc: no line
 info, no file paths, and a first line naming the nvcc release and flags so a reader knows how

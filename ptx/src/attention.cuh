@@ -67,28 +67,13 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 }
 
 // 16-byte async copy global -> shared; src_bytes == 0 writes zeros and reads nothing.
-// FG_CP_ASYNC_NO_ZFILL (an A/B build, tools/build_ptx.py -D): src_bytes must be 16 or 0; the
-// copy without the ignore-src operand, or a plain st.shared of zeros. ncu counts 24 L2 sectors
-// a warp for the decode K/V copies in the ignore-src form (two 256-byte runs: ideal 16), and
-// its ideal 16 for the plain form's contiguous 512 bytes (BENCHMARKS, session 36). One asm
-// block on purpose: every decode entry keeps its register count (a C++ if over cp_async16_full
-// and a zero store moves them by -14 to +10, which would confound the A/B).
+// NOTE (session 37, ncu at 4k keys): the decode K/V copies count 24 L2 sectors a warp against an
+// ideal 16 in this form and in the plain one (no ignore-src operand) alike; the contiguous
+// control of bench_kernels --staging-variant sits at its ideal.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
-#ifdef FG_CP_ASYNC_NO_ZFILL
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %2, 0;\n\t"
-                 "@p cp.async.cg.shared.global [%0], [%1], 16;\n\t"
-                 "@!p st.shared.v4.u32 [%0], {0, 0, 0, 0};\n\t}" ::"r"(dst), "l"(src), "r"(src_bytes)
-                 : "memory");
-#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
                  "r"(src_bytes)
                  : "memory");
-#endif
-}
-
-// 16-byte async copy global -> shared, every byte read (no ignore-src operand).
-__device__ __forceinline__ void cp_async16_full(uint32_t dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() {

@@ -152,11 +152,6 @@ struct TileLoad {
 // SUB (the fused-RoPE entries): key sub_key is never read from the pools; its rows are copied
 // from sub_k/sub_v (shared memory, [D] bf16) when given, else left for the caller to store
 // before the barrier that precedes the tile's use (no cp.async may target those rows).
-// FG_KV_COPY_CLAMP (an A/B build, tools/build_ptx.py -D): keys at or past kend copy key kend - 1's
-// rows with the plain cp.async instead of being zero-filled by its ignore-src form (ncu counts
-// that form 24 L2 sectors a warp against 16: BENCHMARKS, session 36); decode_tc zeroes their V
-// rows before P.V (kend - 1 may be the current key, whose pool row may not be written yet) and
-// their scores are masked, so what they copied never counts.
 template <int D, bool SUB = false>
 __device__ __forceinline__ void load_kv_tile(
     __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
@@ -172,11 +167,7 @@ __device__ __forceinline__ void load_kv_tile(
         const int kc = min(key, kend - 1);
         unsigned off;
         const unsigned blk = (unsigned)s_bt[(int)divmod(bs, (unsigned)kc, off) - win0];
-#ifdef FG_KV_COPY_CLAMP
-        tok[it] = !(SUB && key == sub_key) ? blk * bs.d + off : ~0u;
-#else
         tok[it] = key < kend && !(SUB && key == sub_key) ? blk * bs.d + off : ~0u;
-#endif
     }
 #pragma unroll
     for (int it = 0; it < N; ++it) {
@@ -189,16 +180,10 @@ __device__ __forceinline__ void load_kv_tile(
             }
             continue;
         }
-#ifdef FG_KV_COPY_CLAMP
-        const size_t off = (size_t)tok[it] * tok_stride + (size_t)kvh * D + cc * 8;
-        cp_async16_full(smem_addr(s_k + kl * LD + cc * 8), k_pool + off);
-        cp_async16_full(smem_addr(s_v + kl * LD + cc * 8), v_pool + off);
-#else
         const bool ok = tok[it] != ~0u;
         const size_t off = ok ? (size_t)tok[it] * tok_stride + (size_t)kvh * D + cc * 8 : 0;
         cp_async16(smem_addr(s_k + kl * LD + cc * 8), k_pool + off, ok ? 16 : 0);
         cp_async16(smem_addr(s_v + kl * LD + cc * 8), v_pool + off, ok ? 16 : 0);
-#endif
     }
     cp_async_commit();
 }
@@ -557,16 +542,6 @@ __device__ __forceinline__ void decode_tc(
                 const int kb = sr.start + kt * TK + warp * 16;  // this warp's first key
                 cp_async_wait<kDecStages - 1>();  // tile kt landed (later ones may still fly)
                 __syncthreads();
-#ifdef FG_KV_COPY_CLAMP
-                if (sr.start + (kt + 1) * TK > sr.end) {  // CTA-uniform: keys past the split's end
-                    __nv_bfloat16 *sv = s_kv + (st * 2 + 1) * TK * LD;
-                    const int first = sr.end - sr.start - kt * TK;
-                    for (int i = tid; i < (TK - first) * (D / 8); i += kDecThreads)
-                        *reinterpret_cast<uint4 *>(sv + (first + i / (D / 8)) * LD + (i % (D / 8)) * 8) =
-                            make_uint4(0u, 0u, 0u, 0u);
-                    __syncthreads();
-                }
-#endif
                 if (kt == 0) FG_TRACE_MARK(2);  // the first tile landed
                 if constexpr (SWAP) {
                     if (kb < sr.end) swap_tile<D>(o, m0, m1, l0, l1, smem0 + st * 2 * TILE_BYTES, s_q, kb,

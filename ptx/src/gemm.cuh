@@ -31,18 +31,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 }
 
 // 16-byte global -> shared async copy; src_bytes = 0 zero-fills the destination (tails) and
-// reads nothing, so `src` only has to be some valid address. FG_CP_ASYNC_NO_ZFILL (an A/B
-// build, as attention.cuh's cp_async16): src_bytes 16 or 0, the copy without the ignore-src
-// operand or an st.shared of zeros.
+// reads nothing, so `src` only has to be some valid address.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
-#ifdef FG_CP_ASYNC_NO_ZFILL
-  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t@p cp.async.cg.shared.global [%0], [%1], 16;\n\t"
-               "@!p st.shared.v4.u32 [%0], {0, 0, 0, 0};\n\t}" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
-#endif
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
