@@ -177,7 +177,10 @@ def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8,
 STAGING_VARIANTS = (  # (label, mode, chunk bytes, issuing threads): see stage_probe in runtime_test.cu
     ("bulk 16K x1", 0, 16384, 1), ("bulk 16K x4", 0, 16384, 4), ("bulk 16K x12", 0, 16384, 12),
     ("bulk 4K x1", 0, 4096, 1), ("bulk 4K x16", 0, 4096, 16), ("bulk 64K x1", 0, 65536, 1),
-    ("cp.async 16B", 1, 0, 0), ("ld.v4 -> st.shared", 2, 0, 0))
+    ("cp.async 16B", 1, 0, 0), ("ld.v4 -> st.shared", 2, 0, 0),
+    # 256-byte rows 2 KiB apart: a kv head's keys in Qwen3's pools (8 kv heads x 128 dims x bf16)
+    ("rows 2K cp.async", 3, 2048, 0))
+STAGING_MAX_STRIDE = max(chunk // 256 for _, mode, chunk, _ in STAGING_VARIANTS if mode == 3)
 
 
 def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, variants: str | None = None) -> list[dict]:
@@ -188,16 +191,20 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, varian
     launch's own latency is left out, and the median CTA's time: aggregate and per-SM GB/s.
     ``variants``: only the methods whose label starts with it (one kernel's launches, for ncu)."""
     G = 2 if smoke else int(dev.properties()["sm_count"])
+    nbytes = nbytes // 256 * 256  # whole rows for the row-gather method
     per_launch = G * nbytes
+    selected = [v for v in STAGING_VARIANTS if not variants or v[0].startswith(variants)]
+    # the row-gather method reads its rows spread this far (only allocated when it runs)
+    src_bytes = per_launch * (STAGING_MAX_STRIDE if any(v[1] == 3 for v in selected) else 1)
     c = copies_for(per_launch, smoke)
     plan = ArenaPlan()
     for i in range(c):
-        plan.add(f"src{i}", (per_launch // 4,), "u32")
+        plan.add(f"src{i}", (src_bytes // 4,), "u32")
         plan.add(f"ns{i}", (2 * G,), "u64")
         plan.add(f"sum{i}", (G,), "u32")
     arena = dev.arena(plan)
     for i in range(c):
-        arena.write(f"src{i}", rng.integers(0, 1 << 32, size=per_launch // 4, dtype=np.uint64).astype(np.uint32))
+        arena.write(f"src{i}", rng.integers(0, 1 << 32, size=src_bytes // 4, dtype=np.uint64).astype(np.uint32))
     out = []
     for label, mode, chunk, issuers in STAGING_VARIANTS:
         if (mode == 0 and -(-nbytes // chunk) > 64) or (variants and not label.startswith(variants)):
@@ -207,7 +214,12 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, varian
             prog.launch("stage_probe", (G,), (threads,), [Ref(f"src{i}"), Ref(f"ns{i}"), Ref(f"sum{i}"), nbytes, chunk,
                                                           issuers, mode], shared=nbytes)
         r = time_program(dev, prog, arena, c, smoke, free=False)
-        want = np.bitwise_xor.reduce(arena.read(f"src{c - 1}").reshape(G, -1), axis=1)
+        words = arena.read(f"src{c - 1}")
+        if mode == 3:  # CTA b's rows: 64 words of every chunk // 4 from b * (nbytes // 256) rows on
+            words = words[: G * nbytes // 256 * chunk // 4].reshape(G, nbytes // 256, chunk // 4)[:, :, :64]
+        else:
+            words = words[:per_launch // 4]
+        want = np.bitwise_xor.reduce(words.reshape(G, -1), axis=1)
         if not np.array_equal(arena.read(f"sum{c - 1}"), want):
             raise RuntimeError(f"stage_probe {label}: the staged bytes' checksums are wrong")
         ns = arena.read(f"ns{c - 1}").astype(np.int64).reshape(G, 2)

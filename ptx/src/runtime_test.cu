@@ -105,7 +105,10 @@ extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
 // mode 0: cp.async.bulk (TMA, non-tensor) in chunks of `chunk` bytes, issued by threads
 //         0 .. issuers-1 round-robin, one mbarrier per chunk (at most 64 chunks);
 // mode 1: cp.async 16-byte copies (LDGSTS) from every thread, then one wait;
-// mode 2: 16-byte loads into registers by every thread, stored to shared memory (8 in flight).
+// mode 2: 16-byte loads into registers by every thread, stored to shared memory (8 in flight);
+// mode 3: cp.async 16-byte copies of 256-byte rows `chunk` bytes apart in global memory (CTA b's
+//         rows from src + b * (bytes / 256) * chunk), 16 threads a row as the decode attention's
+//         K/V tiles read a head's keys from the pools, into contiguous shared memory.
 #define STAGE_PROBE_MAX_CHUNKS 64
 extern __shared__ __align__(128) unsigned char stage_probe_smem[];
 
@@ -122,6 +125,7 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
     const unsigned int dst = (unsigned int)__cvta_generic_to_shared(stage_probe_smem);
     const unsigned int nchunks = chunk ? (bytes + chunk - 1) / chunk : 0;
     if (mode == 0 && (nchunks == 0 || nchunks > STAGE_PROBE_MAX_CHUNKS || chunk % 16 != 0)) return;
+    if (mode == 3 && (bytes % 256 != 0 || chunk < 256 || chunk % 16 != 0)) return;
     if (mode == 0) {
         if (threadIdx.x == 0) {
             for (unsigned int c = 0; c < nchunks; ++c) {
@@ -147,6 +151,12 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
                 asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
                              " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
         }
+    } else if (mode == 3) {
+        const unsigned char* rows = src + (size_t)blockIdx.x * (bytes / 256) * chunk;
+        for (unsigned int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + i * 16),
+                         "l"(rows + (size_t)(i / 16) * chunk + (i % 16) * 16) : "memory");
+        asm volatile("cp.async.wait_all;" ::: "memory");
     } else if (mode == 1) {
         for (unsigned int i = threadIdx.x * 16; i < bytes; i += blockDim.x * 16)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + i), "l"(base + i) : "memory");

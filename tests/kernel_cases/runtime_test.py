@@ -75,18 +75,30 @@ def cluster_case(rng):
 @kernel_case("stage_probe")
 def stage_probe_case(rng):
     # every staging method brings each CTA's slice into shared memory: the xor of its words
+    # (mode 3: 256-byte rows `chunk` bytes apart, as the attention's K/V rows in the pools)
     G = int(rng.integers(1, 9))
-    mode = int(rng.integers(0, 3))
-    chunk = int(rng.choice([4096, 16384])) if mode == 0 else 0
-    nbytes = 16 * int(rng.integers(1, (chunk * 64 if mode == 0 else 65536) // 16 // 4))
+    mode = int(rng.integers(0, 4))
+    chunk = {0: int(rng.choice([4096, 16384])), 3: int(rng.choice([256, 2048, 2064]))}.get(mode, 0)
+    if mode == 3:
+        nbytes = 256 * int(rng.integers(1, 64))
+        src_bytes = G * nbytes // 256 * chunk
+    else:
+        nbytes = 16 * int(rng.integers(1, (chunk * 64 if mode == 0 else 65536) // 16 // 4))
+        src_bytes = G * nbytes
     issuers = int(rng.choice([1, 4, 32]))
     p = Program("stage_probe")
     p.launch("stage_probe", (G,), (int(rng.choice([128, 256, 384])),),
              [Ref("src"), Ref("ns"), Ref("sum"), nbytes, chunk, issuers, mode], shared=nbytes)
-    src = Buffer(rng.integers(0, 1 << 32, size=G * nbytes // 4, dtype=np.uint64).astype(np.uint32), "u32")
+    src = Buffer(rng.integers(0, 1 << 32, size=src_bytes // 4, dtype=np.uint64).astype(np.uint32), "u32")
+
+    def reference(v):
+        w = v["src"].reshape(G, -1)
+        if mode == 3:
+            w = w.reshape(G, nbytes // 256, chunk // 4)[:, :, :64].reshape(G, -1)
+        return {"sum": np.bitwise_xor.reduce(w, axis=1)}
+
     return KernelCase("stage_probe", p, {"src": src, "ns": poison(3 * G, "u64"), "sum": poison(G, "u32")},
-                      {"sum": Check()},
-                      reference=lambda v: {"sum": np.bitwise_xor.reduce(v["src"].reshape(G, -1), axis=1)})
+                      {"sum": Check()}, reference=reference, notes=f"mode {mode} chunk {chunk} bytes {nbytes}")
 
 
 @kernel_case("l2_hol_probe")

@@ -65,7 +65,14 @@ def stage_probe(mem, grid, block, src, ns, sum_, nbytes, chunk, issuers, mode):
     G = grid[0]
     if nbytes % 16 or (mode == 0 and (chunk == 0 or chunk % 16 or -(-nbytes // chunk) > 64)):
         return
-    words = mem.view(src, np.uint32, G * nbytes // 4).reshape(G, nbytes // 4)
+    if mode == 3:  # 256-byte rows `chunk` bytes apart
+        if nbytes % 256 or chunk < 256 or chunk % 16:
+            return
+        rows = nbytes // 256
+        words = mem.view(src, np.uint32, G * rows * chunk // 4).reshape(G, rows, chunk // 4)[:, :, :64]
+        words = words.reshape(G, -1)
+    else:
+        words = mem.view(src, np.uint32, G * nbytes // 4).reshape(G, nbytes // 4)
     mem.view(sum_, np.uint32, G)[:] = np.bitwise_xor.reduce(words, axis=1)
     mem.view(ns, np.uint64, 2 * G)[:] = 0
 
