@@ -179,7 +179,8 @@ STAGING_VARIANTS = (  # (label, mode, chunk bytes, issuing threads): see stage_p
     ("bulk 4K x1", 0, 4096, 1), ("bulk 4K x16", 0, 4096, 16), ("bulk 64K x1", 0, 65536, 1),
     ("cp.async 16B", 1, 0, 0), ("ld.v4 -> st.shared", 2, 0, 0),
     # 256-byte rows 2 KiB apart: a kv head's keys in Qwen3's pools (8 kv heads x 128 dims x bf16)
-    ("rows 2K cp.async", 3, 2048, 0))
+    ("rows 2K cp.async", 3, 2048, 0),
+    ("padrows 2K cp.async", 3, 2048, 272))  # ... into rows 272 bytes apart, as the attention's tiles
 STAGING_MAX_STRIDE = max(chunk // 256 for _, mode, chunk, _ in STAGING_VARIANTS if mode == 3)
 
 
@@ -212,7 +213,8 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, varian
         prog = Program(f"staging.{label}")
         for i in range(c):
             prog.launch("stage_probe", (G,), (threads,), [Ref(f"src{i}"), Ref(f"ns{i}"), Ref(f"sum{i}"), nbytes, chunk,
-                                                          issuers, mode], shared=nbytes)
+                                                          issuers, mode],
+                        shared=nbytes // 256 * (issuers or 256) if mode == 3 else nbytes)
         r = time_program(dev, prog, arena, c, smoke, free=False)
         words = arena.read(f"src{c - 1}")
         if mode == 3:  # CTA b's rows: 64 words of every chunk // 4 from b * (nbytes // 256) rows on

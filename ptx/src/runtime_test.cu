@@ -108,7 +108,8 @@ extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
 // mode 2: 16-byte loads into registers by every thread, stored to shared memory (8 in flight);
 // mode 3: cp.async 16-byte copies of 256-byte rows `chunk` bytes apart in global memory (CTA b's
 //         rows from src + b * (bytes / 256) * chunk), 16 threads a row as the decode attention's
-//         K/V tiles read a head's keys from the pools, into contiguous shared memory.
+//         K/V tiles read a head's keys from the pools, into shared memory rows `issuers` bytes
+//         apart (0: 256, contiguous; 272: the attention tiles' padded rows).
 #define STAGE_PROBE_MAX_CHUNKS 64
 extern __shared__ __align__(128) unsigned char stage_probe_smem[];
 
@@ -125,7 +126,9 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
     const unsigned int dst = (unsigned int)__cvta_generic_to_shared(stage_probe_smem);
     const unsigned int nchunks = chunk ? (bytes + chunk - 1) / chunk : 0;
     if (mode == 0 && (nchunks == 0 || nchunks > STAGE_PROBE_MAX_CHUNKS || chunk % 16 != 0)) return;
-    if (mode == 3 && (bytes % 256 != 0 || chunk < 256 || chunk % 16 != 0)) return;
+    const unsigned int dstride = issuers ? issuers : 256;  // mode 3: shared row stride
+    if (mode == 3 && (bytes % 256 != 0 || chunk < 256 || chunk % 16 != 0 || dstride < 256 || dstride % 16 != 0))
+        return;
     if (mode == 0) {
         if (threadIdx.x == 0) {
             for (unsigned int c = 0; c < nchunks; ++c) {
@@ -154,7 +157,7 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
     } else if (mode == 3) {
         const unsigned char* rows = src + (size_t)blockIdx.x * (bytes / 256) * chunk;
         for (unsigned int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + i * 16),
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + (i / 16) * dstride + (i % 16) * 16),
                          "l"(rows + (size_t)(i / 16) * chunk + (i % 16) * 16) : "memory");
         asm volatile("cp.async.wait_all;" ::: "memory");
     } else if (mode == 1) {
@@ -180,7 +183,8 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
     unsigned int x = 0;
     const unsigned int* w = reinterpret_cast<const unsigned int*>(stage_probe_smem);
-    for (unsigned int i = threadIdx.x; i < bytes / 4; i += blockDim.x) x ^= w[i];
+    for (unsigned int i = threadIdx.x; i < bytes / 4; i += blockDim.x)  // mode 3: row i / 64's words
+        x ^= w[mode == 3 ? (i / 64) * (dstride / 4) + i % 64 : i];
     for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
     if ((threadIdx.x & 31) == 0) xor_part[threadIdx.x >> 5] = x;
     __syncthreads();

@@ -85,10 +85,11 @@ def stage_probe_case(rng):
     else:
         nbytes = 16 * int(rng.integers(1, (chunk * 64 if mode == 0 else 65536) // 16 // 4))
         src_bytes = G * nbytes
-    issuers = int(rng.choice([1, 4, 32]))
+    issuers = int(rng.choice([1, 4, 32])) if mode != 3 else int(rng.choice([0, 256, 272]))  # mode 3: row stride
+    shared = nbytes // 256 * (issuers or 256) if mode == 3 else nbytes
     p = Program("stage_probe")
     p.launch("stage_probe", (G,), (int(rng.choice([128, 256, 384])),),
-             [Ref("src"), Ref("ns"), Ref("sum"), nbytes, chunk, issuers, mode], shared=nbytes)
+             [Ref("src"), Ref("ns"), Ref("sum"), nbytes, chunk, issuers, mode], shared=shared)
     src = Buffer(rng.integers(0, 1 << 32, size=src_bytes // 4, dtype=np.uint64).astype(np.uint32), "u32")
 
     def reference(v):

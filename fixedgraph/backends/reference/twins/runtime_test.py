@@ -66,7 +66,8 @@ def stage_probe(mem, grid, block, src, ns, sum_, nbytes, chunk, issuers, mode):
     if nbytes % 16 or (mode == 0 and (chunk == 0 or chunk % 16 or -(-nbytes // chunk) > 64)):
         return
     if mode == 3:  # 256-byte rows `chunk` bytes apart
-        if nbytes % 256 or chunk < 256 or chunk % 16:
+        dstride = issuers or 256
+        if nbytes % 256 or chunk < 256 or chunk % 16 or dstride < 256 or dstride % 16:
             return
         rows = nbytes // 256
         words = mem.view(src, np.uint32, G * rows * chunk // 4).reshape(G, rows, chunk // 4)[:, :, :64]
