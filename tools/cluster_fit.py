@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main() -> int:
     from fixedgraph.backends.cuda import CudaDevice
+    from fixedgraph.errors import CudaError
     from fixedgraph.ptx import find_entry
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -47,8 +48,8 @@ def main() -> int:
             grid = (a.ctas or 8 * C, 1, 1)
             try:
                 n = dev.drv.function_max_active_clusters(f, grid, (a.threads, 1, 1), smem, (C, 1, 1))
-            except Exception as exc:  # the driver rejects the geometry
-                n = f"error: {exc}"
+            except CudaError as exc:  # the driver rejects the geometry
+                n = f"error: {exc.name}"
             rows.append({"cluster": C, "smem": smem, "max_active_clusters": n})
             print(f"cluster {C:2d}  dynamic smem {smem / 1024:6.1f} KiB  max active clusters {n}")
     if a.json:
