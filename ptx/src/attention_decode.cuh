@@ -32,24 +32,27 @@ __host__ __device__ constexpr int decode_tc_smem(int D) {
 // (ncu, session 37: rows 272 bytes apart cost +33% L2 sectors and +44% shared wavefronts for the
 // same copies). Head dims whose rows are not a multiple of 8 chunks (96) keep the padding; s_q
 // keeps it too. decode_tc_smem stays as it is (the CTA's footprint decides its neighbours).
-#ifdef FG_KV_SWZ
-constexpr bool kKvSwz = true;
-#else
-constexpr bool kKvSwz = false;
+// FG_KV_SWZ=2: 32-byte units swizzled instead (chunk c at c ^ 2 (r % 4)): a sector's two chunks
+// stay together and in order, at the price of 2-way ldmatrix conflicts (rows r and r + 4).
+#ifndef FG_KV_SWZ
+#define FG_KV_SWZ 0
 #endif
+constexpr int kKvSwz = FG_KV_SWZ;
 
 // Layout of one K (or V) tile row of decode_tc: LD bf16 apart, chunk c at chunk(r, c).
 template <int D>
 struct KvRows {
-    static constexpr bool SWZ = kKvSwz && D % 64 == 0;
+    static constexpr bool SWZ = kKvSwz != 0 && D % 64 == 0;
     static constexpr int LD = SWZ ? D : D + 8;
+    // the chunk-index XOR of row r
+    __device__ static __forceinline__ int mask(int r) { return kKvSwz == 2 ? (r & 3) << 1 : r & 7; }
     // where chunk c of row r lies in the row (in chunks)
-    __device__ static __forceinline__ int chunk(int r, int c) { return SWZ ? c ^ (r & 7) : c; }
+    __device__ static __forceinline__ int chunk(int r, int c) { return SWZ ? c ^ mask(r) : c; }
     // SWZ: chunk c0 + h of row r (c0 even, h 0 or 1) lies step(lane_x(r, h), c0) bytes past the
-    // row's start: (c0 + h) ^ (r % 8) = c0 ^ (h ^ (r % 8)), and x = (h ^ (r % 8)) * 16 holds the
-    // chunk's low bits. (Unswizzled the same functions give h * 16 + c0 * 16.)
+    // row's start: (c0 + h) ^ m = c0 ^ (h ^ m) for the row's mask m, and x = (h ^ m) * 16 holds
+    // the chunk's low bits. (Unswizzled the same functions give h * 16 + c0 * 16.)
     __device__ static __forceinline__ uint32_t lane_x(int row, int h) {
-        return (uint32_t)(SWZ ? (h ^ (row & 7)) : h) * 16u;
+        return (uint32_t)(SWZ ? (h ^ mask(row)) : h) * 16u;
     }
     __device__ static __forceinline__ uint32_t step(uint32_t x, int c0) {
         return SWZ ? (x ^ (uint32_t)(c0 * 16)) : x + (uint32_t)(c0 * 16);
@@ -354,7 +357,7 @@ __device__ __forceinline__ void rope_pass(
         const unsigned r = it - kv;
         rope_head<D>(xrow + (size_t)(is_k ? Hq + kvh : qh0 + r) * D, is_k ? rp.k_norm : rp.q_norm, cs, rp.eps,
                      is_k ? s_ck : s_q + r * QLD, is_k ? rp.k_pool + pool_off : nullptr,
-                     is_k ? patch_k : nullptr, (unsigned)(patch_row & 7) << 3);
+                     is_k ? patch_k : nullptr, (unsigned)KvRows<D>::mask(patch_row) << 3);
     }
     for (unsigned i = threadIdx.x; i < (kDecMaxHeads - nh) * C8; i += kDecThreads)
         *reinterpret_cast<uint4 *>(s_q + (nh + i / C8) * QLD + (i % C8) * 8) = make_uint4(0u, 0u, 0u, 0u);
