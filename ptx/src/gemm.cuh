@@ -44,6 +44,33 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// FG_W_EVICT_FIRST (an A/B build, tools/build_ptx.py -D): the GEMVs' weight loads and preload
+// copies ask L2 to evict their lines first, so that a token's 1+ GB of weights streaming through
+// the 50 MB L2 leaves what is re-read there (K/V of recent keys, activations, code) in place.
+// (ld's .L2::evict_first needs .v8 loads, sm_100: both take an L2::cache_hint policy here.)
+#ifdef FG_W_EVICT_FIRST
+#define FG_W_POLICY " .reg .b64 pol;\n createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+#define FG_W_HINT ".L2::cache_hint"
+#define FG_W_POL_ARG ", pol"
+#else
+#define FG_W_POLICY ""
+#define FG_W_HINT ""
+#define FG_W_POL_ARG ""
+#endif
+
+// cp_async_16 for weights (FG_W_EVICT_FIRST: with an evict-first L2 policy).
+__device__ __forceinline__ void cp_async_16_w(uint32_t dst, const void* src, uint32_t src_bytes) {
+#ifdef FG_W_EVICT_FIRST
+  asm volatile(
+      "{\n .reg .b64 pol;\n createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+      " cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, pol;\n}\n" ::"r"(dst), "l"(src),
+      "r"(src_bytes)
+      : "memory");
+#else
+  cp_async_16(dst, src, src_bytes);
+#endif
+}
+
 // 16 bytes of a weight matrix that is read once per launch, or zeros when !pred (nothing is
 // read then, so p may be out of bounds). Predicated inside the asm so that a run of these
 // compiles to straight-line loads, all in flight together, with no branches between them.
@@ -53,9 +80,9 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ uint4 ld_stream_v4(const void* p, bool pred) {
   uint4 v;
   asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n" FG_W_POLICY
       " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @p ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+      " @p ld.global.nc.L1::no_allocate" FG_W_HINT ".L2::128B.v4.u32 {%0,%1,%2,%3}, [%4]" FG_W_POL_ARG ";\n}\n"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"((int)pred));
   return v;

@@ -216,8 +216,8 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const uint32_t k = (ks + (d * U + u) * S) * 32 + t * 8;
-        cp_async_16(smem_u32(pre_w + (2 * (d * U + u)) * 32), wr.w0 + k, wr.ok0 && k < K ? 16u : 0u);
-        cp_async_16(smem_u32(pre_w + (2 * (d * U + u) + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
+        cp_async_16_w(smem_u32(pre_w + (2 * (d * U + u)) * 32), wr.w0 + k, wr.ok0 && k < K ? 16u : 0u);
+        cp_async_16_w(smem_u32(pre_w + (2 * (d * U + u) + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
       }
     }
     cp_async_commit();
