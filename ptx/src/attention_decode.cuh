@@ -26,39 +26,6 @@ __host__ __device__ constexpr int decode_tc_smem(int D) {
     return kDecStages * 2 * kDecTileKeys * (D + 8) * 2;
 }
 
-// FG_KV_SWZ (an A/B build, tools/build_ptx.py -D): the K/V tiles' rows unpadded (stride D) with
-// their 16-byte chunks XOR-swizzled by row: chunk c of tile row r sits at chunk c ^ (r % 8), so
-// the eight rows an ldmatrix phase reads hit eight distinct bank groups without the + 8 padding
-// (ncu, session 37: rows 272 bytes apart cost +33% L2 sectors and +44% shared wavefronts for the
-// same copies). Head dims whose rows are not a multiple of 8 chunks (96) keep the padding; s_q
-// keeps it too. decode_tc_smem stays as it is (the CTA's footprint decides its neighbours).
-// FG_KV_SWZ=2: 32-byte units swizzled instead (chunk c at c ^ 2 (r % 4)): a sector's two chunks
-// stay together and in order, at the price of 2-way ldmatrix conflicts (rows r and r + 4).
-#ifndef FG_KV_SWZ
-#define FG_KV_SWZ 0
-#endif
-constexpr int kKvSwz = FG_KV_SWZ;
-
-// Layout of one K (or V) tile row of decode_tc: LD bf16 apart, chunk c at chunk(r, c).
-template <int D>
-struct KvRows {
-    static constexpr bool SWZ = kKvSwz != 0 && D % 64 == 0;
-    static constexpr int LD = SWZ ? D : D + 8;
-    // the chunk-index XOR of row r
-    __device__ static __forceinline__ int mask(int r) { return kKvSwz == 2 ? (r & 3) << 1 : r & 7; }
-    // where chunk c of row r lies in the row (in chunks)
-    __device__ static __forceinline__ int chunk(int r, int c) { return SWZ ? c ^ mask(r) : c; }
-    // SWZ: chunk c0 + h of row r (c0 even, h 0 or 1) lies step(lane_x(r, h), c0) bytes past the
-    // row's start: (c0 + h) ^ m = c0 ^ (h ^ m) for the row's mask m, and x = (h ^ m) * 16 holds
-    // the chunk's low bits. (Unswizzled the same functions give h * 16 + c0 * 16.)
-    __device__ static __forceinline__ uint32_t lane_x(int row, int h) {
-        return (uint32_t)(SWZ ? (h ^ mask(row)) : h) * 16u;
-    }
-    __device__ static __forceinline__ uint32_t step(uint32_t x, int c0) {
-        return SWZ ? (x ^ (uint32_t)(c0 * 16)) : x + (uint32_t)(c0 * 16);
-    }
-};
-
 struct SplitRange {
     int start, end;  // keys [start, end) of this split; start == end: empty
     int used;        // n: splits of this row that hold keys (0 when len == 0)
@@ -191,8 +158,7 @@ __device__ __forceinline__ void load_kv_tile(
     const __nv_bfloat16 *__restrict__ v_pool, const int *s_bt, int win0, int kbase, int kend,
     const DivBy &bs, size_t tok_stride, unsigned kvh, int sub_key = -1,
     const __nv_bfloat16 *sub_k = nullptr, const __nv_bfloat16 *sub_v = nullptr) {
-    using R = KvRows<D>;
-    constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = R::LD;
+    constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = D + 8;
     unsigned tok[N];  // pool token index of each chunk's key; ~0u: past kend
 #pragma unroll
     for (int it = 0; it < N; ++it) {
@@ -209,21 +175,15 @@ __device__ __forceinline__ void load_kv_tile(
         const int kl = i / CHUNKS, cc = i % CHUNKS;
         if (SUB && kbase + kl == sub_key) {
             if (sub_k != nullptr) {
-                const int pc = R::SWZ ? R::chunk(kl, cc) : cc;
-                *reinterpret_cast<uint4 *>(s_k + kl * LD + pc * 8) = *reinterpret_cast<const uint4 *>(sub_k + cc * 8);
-                *reinterpret_cast<uint4 *>(s_v + kl * LD + pc * 8) = *reinterpret_cast<const uint4 *>(sub_v + cc * 8);
+                *reinterpret_cast<uint4 *>(s_k + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_k + cc * 8);
+                *reinterpret_cast<uint4 *>(s_v + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_v + cc * 8);
             }
             continue;
         }
         const bool ok = tok[it] != ~0u;
         const size_t off = ok ? (size_t)tok[it] * tok_stride + (size_t)kvh * D + cc * 8 : 0;
-        if constexpr (R::SWZ) {
-            cp_async16(smem_addr(s_k + kl * LD + R::chunk(kl, cc) * 8), k_pool + off, ok ? 16 : 0);
-            cp_async16(smem_addr(s_v + kl * LD + R::chunk(kl, cc) * 8), v_pool + off, ok ? 16 : 0);
-        } else {
-            cp_async16(smem_addr(s_k + kl * LD + cc * 8), k_pool + off, ok ? 16 : 0);
-            cp_async16(smem_addr(s_v + kl * LD + cc * 8), v_pool + off, ok ? 16 : 0);
-        }
+        cp_async16(smem_addr(s_k + kl * LD + cc * 8), k_pool + off, ok ? 16 : 0);
+        cp_async16(smem_addr(s_v + kl * LD + cc * 8), v_pool + off, ok ? 16 : 0);
     }
     cp_async_commit();
 }
@@ -274,15 +234,14 @@ struct RopeLanes {
 };
 
 // One warp: head x ([D] bf16), RMS-normed with weight w when w is not NULL, rotated with table
-// row cs ([D/2, 2] (cos, sin)), stored as bf16 to dst and, when not NULL, to dst2 and dst3
-// (dst3: a K tile row, element e at e ^ dst3_x: KvRows' swizzle, whose chunk bits are e's bits 3-5).
+// row cs ([D/2, 2] (cos, sin)), stored as bf16 to dst and, when not NULL, to dst2 and dst3.
 // NOTE: the operations and rounding points are those of qk_norm_rope_kv (rope_pairs in
 // common_ops.cuh is shared with it; the sum of squares
 // spelled out as the fused multiply-adds nvcc makes of it there), so the bits match it.
 template <int D>
 __device__ __forceinline__ void rope_head(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                                           const float *cs, float eps, __nv_bfloat16 *dst,
-                                          __nv_bfloat16 *dst2, __nv_bfloat16 *dst3, unsigned dst3_x = 0) {
+                                          __nv_bfloat16 *dst2, __nv_bfloat16 *dst3) {
     constexpr int VP = RopeLanes<D>::VP, HALF = RopeLanes<D>::HALF, STEPS = RopeLanes<D>::STEPS;
     const unsigned lane = threadIdx.x & 31u;
     float x1[STEPS][VP], x2[STEPS][VP];
@@ -310,15 +269,7 @@ __device__ __forceinline__ void rope_head(const __nv_bfloat16 *x, const __nv_bfl
         store_bf16<VP>(dst + i, o1);
         store_bf16<VP>(dst + HALF + i, o2);
         if (dst2) { store_bf16<VP>(dst2 + i, o1); store_bf16<VP>(dst2 + HALF + i, o2); }
-        if (dst3) {
-            if constexpr (KvRows<D>::SWZ) {
-                store_bf16<VP>(dst3 + (i ^ dst3_x), o1);
-                store_bf16<VP>(dst3 + ((HALF + i) ^ dst3_x), o2);
-            } else {
-                store_bf16<VP>(dst3 + i, o1);
-                store_bf16<VP>(dst3 + HALF + i, o2);
-            }
-        }
+        if (dst3) { store_bf16<VP>(dst3 + i, o1); store_bf16<VP>(dst3 + HALF + i, o2); }
     }
 }
 
@@ -326,14 +277,13 @@ __device__ __forceinline__ void rope_head(const __nv_bfloat16 *x, const __nv_bfl
 // into s_q rows 0..nh-1 (rows nh..15 zeroed: the MMA's unused M rows). When kv_slot >= 0 also the
 // current token of kv head kvh: rotated k to s_ck, raw v to s_cv, both to the pools at kv_slot
 // and, when patch_k is not NULL, to that key's rows of a K/V stage (patch_k, patch_v) whose
-// cp.async skipped them (tile row patch_row: KvRows' layout). One warp per head; k and v first,
-// they are on the pool-write path.
+// cp.async skipped them. One warp per head; k and v first, they are on the pool-write path.
 template <int D>
 __device__ __forceinline__ void rope_pass(
     __nv_bfloat16 *s_q, __nv_bfloat16 *s_ck, __nv_bfloat16 *s_cv, __nv_bfloat16 *patch_k,
     __nv_bfloat16 *patch_v, const RopeArgs &rp, unsigned row, unsigned qh0, unsigned nh,
-    unsigned kvh, unsigned Hq, unsigned Hkv, long long kv_slot, int patch_row) {
-    constexpr int QLD = D + 8, C8 = D / 8;  // s_q's row stride (padded in every build)
+    unsigned kvh, unsigned Hq, unsigned Hkv, long long kv_slot) {
+    constexpr int LD = D + 8, C8 = D / 8;
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
     const __nv_bfloat16 *xrow = rp.qkv + (size_t)row * (Hq + 2 * Hkv) * D;
     const float *cs = rp.rope + (size_t)rp.positions[row] * D;  // [D/2, 2]
@@ -346,8 +296,7 @@ __device__ __forceinline__ void rope_pass(
                 const uint4 v = *reinterpret_cast<const uint4 *>(x + c * 8);
                 *reinterpret_cast<uint4 *>(s_cv + c * 8) = v;
                 *reinterpret_cast<uint4 *>(rp.v_pool + pool_off + c * 8) = v;
-                if (patch_v)
-                    *reinterpret_cast<uint4 *>(patch_v + KvRows<D>::chunk(patch_row, c) * 8) = v;
+                if (patch_v) *reinterpret_cast<uint4 *>(patch_v + c * 8) = v;
             }
             continue;
         }
@@ -356,11 +305,11 @@ __device__ __forceinline__ void rope_pass(
         const bool is_k = it == 0 && kv;
         const unsigned r = it - kv;
         rope_head<D>(xrow + (size_t)(is_k ? Hq + kvh : qh0 + r) * D, is_k ? rp.k_norm : rp.q_norm, cs, rp.eps,
-                     is_k ? s_ck : s_q + r * QLD, is_k ? rp.k_pool + pool_off : nullptr,
-                     is_k ? patch_k : nullptr, (unsigned)KvRows<D>::mask(patch_row) << 3);
+                     is_k ? s_ck : s_q + r * LD, is_k ? rp.k_pool + pool_off : nullptr,
+                     is_k ? patch_k : nullptr);
     }
     for (unsigned i = threadIdx.x; i < (kDecMaxHeads - nh) * C8; i += kDecThreads)
-        *reinterpret_cast<uint4 *>(s_q + (nh + i / C8) * QLD + (i % C8) * 8) = make_uint4(0u, 0u, 0u, 0u);
+        *reinterpret_cast<uint4 *>(s_q + (nh + i / C8) * LD + (i % C8) * 8) = make_uint4(0u, 0u, 0u, 0u);
 }
 
 // One warp's 16 keys (from kb) of a K/V tile at shared address `tile` (V one tile later) against
@@ -373,32 +322,24 @@ template <int D>
 __device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, float &m1, float &l0, float &l1,
                                           uint32_t tile, const __nv_bfloat16 *s_q, int kb, int kend,
                                           float qscale) {
-    using R = KvRows<D>;
-    constexpr int LD = R::LD, QLD = D + 8, MT = D / 16, TK = kDecTileKeys;  // tile / s_q row strides
+    constexpr int LD = D + 8, MT = D / 16, TK = kDecTileKeys;
     constexpr uint32_t TILE_BYTES = TK * LD * 2;
     static_assert(D % 32 == 0, "swap_tile: k-steps in pairs");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2;
     // K as A (x4): matrix lane/8 = (key half (lane/8)&1, dim half lane/16), row lane%8
-    const uint32_t ka = tile + ((warp * 16 + (lane & 15)) * LD + (R::SWZ ? 0 : (lane >> 4) * 8)) * 2;
+    const uint32_t ka = tile + ((warp * 16 + (lane & 15)) * LD + (lane >> 4) * 8) * 2;
     // V^T as A (x4, transposed): matrix lane/8 = (dim half (lane/8)&1, key half lane/16), row lane%8
     const uint32_t va =
-        tile + TILE_BYTES + ((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + (R::SWZ ? 0 : ((lane >> 3) & 1) * 8)) * 2;
-    // R::SWZ: chunk c0 + h of a lane's row lies R::step(x, c0) bytes past its row (ka, va)
-    const uint32_t kx = R::lane_x(lane, lane >> 4), vx = R::lane_x(lane, (lane >> 3) & 1);  // row % 8 = lane % 8
+        tile + TILE_BYTES + ((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8) * 2;
     // Q^T as B (x4): matrix lane/8 = dims 8 (lane/8).. of a pair of k-steps, row (head) lane%8
-    const uint32_t qb = smem_addr(s_q + (lane & 7) * QLD + (lane >> 3) * 8);
+    const uint32_t qb = smem_addr(s_q + (lane & 7) * LD + (lane >> 3) * 8);
     float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};  // even / odd k-steps
 #pragma unroll
     for (int kp = 0; kp < D / 32; ++kp) {
         uint32_t b[4], a0[4], a1[4];
         ldmatrix_x4(b, qb + kp * 64);       // k-step 2kp: b[0], b[1]; 2kp + 1: b[2], b[3]
-        if constexpr (R::SWZ) {
-            ldmatrix_x4(a0, ka + R::step(kx, 4 * kp));
-            ldmatrix_x4(a1, ka + R::step(kx, 4 * kp + 2));
-        } else {
-            ldmatrix_x4(a0, ka + kp * 64);       // dims 32kp .. 32kp + 15
-            ldmatrix_x4(a1, ka + kp * 64 + 32);  // dims 32kp + 16 .. 32kp + 31
-        }
+        ldmatrix_x4(a0, ka + kp * 64);      // dims 32kp .. 32kp + 15
+        ldmatrix_x4(a1, ka + kp * 64 + 32); // dims 32kp + 16 .. 32kp + 31
         mma_16816(s0, a0, b[0], b[1]);
         mma_16816(s1, a1, b[2], b[3]);
     }
@@ -433,8 +374,7 @@ __device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, floa
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         uint32_t a[4];
-        if constexpr (R::SWZ) ldmatrix_x4_trans(a, va + R::step(vx, 2 * mt));
-        else ldmatrix_x4_trans(a, va + mt * 32);  // dims 16mt .. 16mt + 15
+        ldmatrix_x4_trans(a, va + mt * 32);  // dims 16mt .. 16mt + 15
         o[mt][0] *= c0;
         o[mt][1] *= c1;
         o[mt][2] *= c0;
@@ -487,9 +427,7 @@ __device__ __forceinline__ void decode_tc(
     unsigned rows, unsigned max_blocks, unsigned block_size, unsigned Hq, unsigned Hkv,
     unsigned S, float scale, attn::RopeArgs rp = {}) {
     using namespace attn;
-    using R = KvRows<D>;
-    constexpr int KS = D / 16, NT = D / 8, TK = kDecTileKeys;  // k-steps, n-tiles
-    constexpr int LD = R::LD, QLD = D + 8;   // row strides (bf16) of the K/V tiles and s_q
+    constexpr int KS = D / 16, NT = D / 8, LD = D + 8, TK = kDecTileKeys;  // k-steps, n-tiles
     constexpr int TILE_BYTES = TK * LD * 2;  // one K (or V) tile
     constexpr int SO = D + 8;                // s_o row stride in floats (conflict-free float2 stores)
     constexpr int C4 = D / 4;
@@ -501,7 +439,7 @@ __device__ __forceinline__ void decode_tc(
     extern __shared__ __align__(16) unsigned char dec_smem[];  // decode_tc_smem(D) bytes
     __nv_bfloat16 *s_kv = reinterpret_cast<__nv_bfloat16 *>(dec_smem);  // [stage][K, V][TK][LD]
     float *s_o = reinterpret_cast<float *>(dec_smem);  // [warp][16][SO] after the key loop (aliases)
-    __shared__ __align__(16) __nv_bfloat16 s_q[kDecMaxHeads * QLD];  // [head][dim] of one pass
+    __shared__ __align__(16) __nv_bfloat16 s_q[kDecMaxHeads * LD];  // [head][dim] of one pass
     __shared__ float s_m[4][kDecMaxHeads], s_l[4][kDecMaxHeads];
     __shared__ int s_bt[kDecBtWindow];  // block-table entries win0.. of the current split
     // ROPE: the current token's rotated k and raw v (bf16 [D] each), written in the first pass
@@ -517,13 +455,11 @@ __device__ __forceinline__ void decode_tc(
     const uint32_t smem0 = smem_addr(dec_smem);
     // ldmatrix row addresses (bytes from a tile's start) of this lane within this warp's 16 keys.
     // K (x4): matrix lane/8 = (key half lane/16, dim half (lane/8)&1), row lane%8.
-    const uint32_t k_lane = ((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + (R::SWZ ? 0 : ((lane >> 3) & 1) * 8)) * 2;
+    const uint32_t k_lane = ((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8) * 2;
     // V (x4, transposed): matrix lane/8 = (key half (lane/8)&1, dim half lane/16), row lane%8.
-    const uint32_t v_lane = ((warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (R::SWZ ? 0 : (lane >> 4) * 8)) * 2;
-    // R::SWZ: chunk 2 ks + h of a lane's row lies R::step(x, 2 ks) bytes past its row (k_lane, v_lane).
-    const uint32_t k_x = R::lane_x(lane, (lane >> 3) & 1), v_x = R::lane_x(lane, lane >> 4);  // row % 8 = lane % 8
+    const uint32_t v_lane = ((warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8) * 2;
     // Q (x4, the A operand): matrix lane/8 = (row half (lane/8)&1, dim half lane/16), row lane%8.
-    const uint32_t q_lane = smem_addr(s_q + (lane & 15) * QLD + (lane >> 4) * 8);
+    const uint32_t q_lane = smem_addr(s_q + (lane & 15) * LD + (lane >> 4) * 8);
     bool waited = !ROPE;  // PDL: griddepcontrol.wait done (the plain entry waits on entry)
     const DivBy bs = div_by(block_size);
     unsigned pad[PAD > 0 ? PAD : 1];
@@ -557,7 +493,7 @@ __device__ __forceinline__ void decode_tc(
                 for (int i = tid; i < kDecMaxHeads * (D / 8); i += kDecThreads) {
                     const int r = i / (D / 8), cc = i % (D / 8);
                     const bool ok = (unsigned)r < nh;
-                    cp_async16(smem_addr(s_q + r * QLD + cc * 8), ok ? q + (head0 + r) * D + cc * 8 : q,
+                    cp_async16(smem_addr(s_q + r * LD + cc * 8), ok ? q + (head0 + r) * D + cc * 8 : q,
                                ok ? 16 : 0);
                 }
             }
@@ -587,9 +523,8 @@ __device__ __forceinline__ void decode_tc(
                 __nv_bfloat16 *patch = h0 == 0 && sub_key >= 0 && sub_tile < kDecStages
                                            ? s_kv + (sub_tile * 2 * TK + sub_key - sr.start - sub_tile * TK) * LD
                                            : nullptr;
-                const int sub_row = sub_key - sr.start - sub_tile * TK;  // the patch's tile row
                 rope_pass<D>(s_q, s_ck, s_cv, patch, patch ? patch + TK * LD : nullptr, rp, row,
-                             kvh * G + h0, nh, kvh, Hq, Hkv, h0 == 0 ? kv_slot : -1, sub_row);
+                             kvh * G + h0, nh, kvh, Hq, Hkv, h0 == 0 ? kv_slot : -1);
             }
             FG_TRACE_MARK(1);  // after the PDL wait (ROPE: q rotated, the current K/V written)
 
@@ -619,8 +554,7 @@ __device__ __forceinline__ void decode_tc(
                     for (int ks = 0; ks < KS; ++ks) {
                         uint32_t a[4], b[4];  // b: keys 0-7 / 8-15 x dim halves of step ks
                         ldmatrix_x4(a, q_lane + ks * 32);
-                        if constexpr (R::SWZ) ldmatrix_x4(b, kaddr + R::step(k_x, 2 * ks));
-                        else ldmatrix_x4(b, kaddr + ks * 32);
+                        ldmatrix_x4(b, kaddr + ks * 32);
                         mma_16816(s[0], a, b[0], b[1]);
                         mma_16816(s[1], a, b[2], b[3]);
                     }
@@ -665,8 +599,7 @@ __device__ __forceinline__ void decode_tc(
 #pragma unroll
                     for (int jp = 0; jp < NT / 2; ++jp) {
                         uint32_t b[4];  // key halves x dims 16jp..16jp+15, transposed
-                        if constexpr (R::SWZ) ldmatrix_x4_trans(b, vaddr + R::step(v_x, 2 * jp));
-                        else ldmatrix_x4_trans(b, vaddr + jp * 32);
+                        ldmatrix_x4_trans(b, vaddr + jp * 32);
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
                             float (&acc)[4] = o[2 * jp + h];
