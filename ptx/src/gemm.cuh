@@ -44,11 +44,20 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// FG_W_EVICT_FIRST (an A/B build, tools/build_ptx.py -D): the GEMVs' weight loads and preload
-// copies ask L2 to evict their lines first, so that a token's 1+ GB of weights streaming through
-// the 50 MB L2 leaves what is re-read there (K/V of recent keys, activations, code) in place.
-// (ld's .L2::evict_first needs .v8 loads, sm_100: both take an L2::cache_hint policy here.)
-#ifdef FG_W_EVICT_FIRST
+// FG_W_EVICT_FIRST=1 (an A/B build: tools/build_ptx.py gemv -D FG_W_EVICT_FIRST --out DIR): the
+// weight loads and preload copies under an evict-first L2 policy. A token's 0.5-16 GB of weights
+// pass through the 50 MB L2 once each; the hint may let what is re-read (K/V of recent keys,
+// activations) stay (a guess at the mechanism, not measured). Session 38, same-call A/Bs, ms a
+// token: Qwen2.5-0.5B -2.5%, Llama-3.2-1B -0.8%, Qwen2.5-7B -0.8%, Qwen3-8B -0.6% (4k: -0.9%),
+// Llama-3-8B -0.6%, Llama-3.2-3B -0.6%, Qwen3-4B -0.2%; Qwen3-0.6B +0.1-0.3% (4k: +0.3-1.0%).
+// Not the default: the policy's 64-bit register makes the 80-register entries spill (the head's
+// gemv_rmsnorm_argmax 24 bytes; check_ptx refuses spills), and those numbers include the spill.
+// ld's .L2::evict_first modifier needs .v8 loads (sm_100), so both forms take a
+// createpolicy.fractional cache hint.
+#ifndef FG_W_EVICT_FIRST
+#define FG_W_EVICT_FIRST 0
+#endif
+#if FG_W_EVICT_FIRST
 #define FG_W_POLICY " .reg .b64 pol;\n createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
 #define FG_W_HINT ".L2::cache_hint"
 #define FG_W_POL_ARG ", pol"
@@ -60,7 +69,7 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // cp_async_16 for weights (FG_W_EVICT_FIRST: with an evict-first L2 policy).
 __device__ __forceinline__ void cp_async_16_w(uint32_t dst, const void* src, uint32_t src_bytes) {
-#ifdef FG_W_EVICT_FIRST
+#if FG_W_EVICT_FIRST
   asm volatile(
       "{\n .reg .b64 pol;\n createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
       " cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, pol;\n}\n" ::"r"(dst), "l"(src),
