@@ -50,9 +50,9 @@ __device__ __forceinline__ void cp_async_wait() {
 // activations) stay (a guess at the mechanism, not measured). Session 38, same-call A/Bs, ms a
 // token: Qwen2.5-0.5B -2.5%, Llama-3.2-1B -0.8%, Qwen2.5-7B -0.8%, Qwen3-8B -0.6% (4k: -0.9%),
 // Llama-3-8B -0.6%, Llama-3.2-3B -0.6%, Qwen3-4B -0.2%; Qwen3-0.6B +0.1-0.3% (4k: +0.3-1.0%).
-// Those numbers are the createpolicy form (866f13f), whose policy register made the 80-register
-// entries spill 16-24 bytes (the head's gemv_rmsnorm_argmax among them; check_ptx refuses
-// spills). This form names the policy as an immediate (0x12F0000000000000: createpolicy's
+// Those numbers are the createpolicy form (866f13f), whose policy register made four
+// 80-register entries spill 20-32 bytes (the head's gemv_rmsnorm_argmax among them; check_ptx
+// refuses spills). This form names the policy as an immediate (0x12F0000000000000: createpolicy's
 // evict-first encoding, as CUTLASS's CacheHintSm90::EVICT_FIRST) and spills less, still 16
 // bytes in gemv_rmsnorm_argmax and 24 in gemv_rmsnorm_silu_bf16 (the ld hint alone does it);
 // not yet run on the GPU. It stays an A/B build until nothing spills and its A/B is run again.
