@@ -44,40 +44,34 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// FG_W_EVICT_FIRST=1 (an A/B build: tools/build_ptx.py gemv -D FG_W_EVICT_FIRST --out DIR): the
-// weight loads and preload copies under an evict-first L2 policy. A token's 0.5-16 GB of weights
-// pass through the 50 MB L2 once each; the hint may let what is re-read (K/V of recent keys,
-// activations) stay (a guess at the mechanism, not measured). Session 38, same-call A/Bs, ms a
-// token: Qwen2.5-0.5B -2.5%, Llama-3.2-1B -0.8%, Qwen2.5-7B -0.8%, Qwen3-8B -0.6% (4k: -0.9%),
+// FG_W_EVICT_FIRST (an A/B build: tools/build_ptx.py gemv -D FG_W_EVICT_FIRST=N --out DIR): the
+// weight loads and preload copies of the GEMVs under an evict-first L2 policy; 1: the decode
+// chain's lean entries (_vec, _row), 2: every entry, the head's gemv_rmsnorm_argmax included.
+// A token's 0.5-16 GB of weights pass through the 50 MB L2 once each; the hint may let what is
+// re-read (K/V of recent keys, activations) stay (a guess at the mechanism, not measured).
+// Session 38, same-call A/Bs of every entry with a createpolicy register (866f13f), ms a token:
+// Qwen2.5-0.5B -2.5%, Llama-3.2-1B -0.8%, Qwen2.5-7B -0.8%, Qwen3-8B -0.6% (4k: -0.9%),
 // Llama-3-8B -0.6%, Llama-3.2-3B -0.6%, Qwen3-4B -0.2%; Qwen3-0.6B +0.1-0.3% (4k: +0.3-1.0%).
-// Those numbers are the createpolicy form (866f13f), whose policy register made four
-// 80-register entries spill 20-32 bytes (the head's gemv_rmsnorm_argmax among them; check_ptx
-// refuses spills). This form names the policy as an immediate (0x12F0000000000000: createpolicy's
-// evict-first encoding, as CUTLASS's CacheHintSm90::EVICT_FIRST) and spills less, still 16
-// bytes in gemv_rmsnorm_argmax and 24 in gemv_rmsnorm_silu_bf16 (the ld hint alone does it);
-// not yet run on the GPU. It stays an A/B build until nothing spills and its A/B is run again.
-// ld's .L2::evict_first modifier needs .v8 loads (sm_100).
+// That form spilled 20-32 bytes in four 80-register entries (check_ptx refuses spills). The
+// policy here is an immediate operand (0x12F0000000000000: createpolicy's evict-first
+// encoding, CUTLASS's CacheHintSm90::EVICT_FIRST; ptxas puts it in the load's uniform memory
+// descriptor); under 2 gemv_rmsnorm_argmax still spills 16 bytes and gemv_rmsnorm_silu_bf16 24
+// (the ld hint does it), under 1 nothing spills. Neither has run on the GPU yet. ld's own
+// .L2::evict_first modifier needs .v8 loads (sm_100).
 #ifndef FG_W_EVICT_FIRST
 #define FG_W_EVICT_FIRST 0
 #endif
-#if FG_W_EVICT_FIRST
-#define FG_W_HINT ".L2::cache_hint"
-#define FG_W_POL_ARG ", 0x12F0000000000000"
-#else
-#define FG_W_HINT ""
-#define FG_W_POL_ARG ""
-#endif
+constexpr int kWEvictFirst = FG_W_EVICT_FIRST;
 
-// cp_async_16 for weights (FG_W_EVICT_FIRST: with an evict-first L2 policy).
+// cp_async_16 for weights (EF: with the evict-first L2 policy).
+template <bool EF = false>
 __device__ __forceinline__ void cp_async_16_w(uint32_t dst, const void* src, uint32_t src_bytes) {
-#if FG_W_EVICT_FIRST
-  asm volatile(
-      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, 0x12F0000000000000;\n" ::"r"(dst), "l"(src),
-      "r"(src_bytes)
-      : "memory");
-#else
-  cp_async_16(dst, src, src_bytes);
-#endif
+  if constexpr (EF)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, 0x12F0000000000000;\n" ::"r"(dst),
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
+  else
+    cp_async_16(dst, src, src_bytes);
 }
 
 // 16 bytes of a weight matrix that is read once per launch, or zeros when !pred (nothing is
@@ -86,14 +80,24 @@ __device__ __forceinline__ void cp_async_16_w(uint32_t dst, const void* src, uin
 // Skips L1 (W would only evict x there) and asks L2 for the 128-byte line (the GEMV's k-split
 // warps read its other 64 bytes at the same time). Measured on the H200 (8B decode, A/B in one
 // call): L2::256B 4.570 ms/token, L2::128B 4.472, no hint 4.894.
+// EF: with the evict-first L2 policy (FG_W_EVICT_FIRST above).
+template <bool EF = false>
 __device__ __forceinline__ uint4 ld_stream_v4(const void* p, bool pred) {
   uint4 v;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @p ld.global.nc.L1::no_allocate" FG_W_HINT ".L2::128B.v4.u32 {%0,%1,%2,%3}, [%4]" FG_W_POL_ARG ";\n}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"((int)pred));
+  if constexpr (EF)
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+        " @p ld.global.nc.L1::no_allocate.L2::cache_hint.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4], 0x12F0000000000000;\n}\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)pred));
+  else
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+        " @p ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)pred));
   return v;
 }
 

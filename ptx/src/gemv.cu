@@ -111,15 +111,15 @@ __device__ __forceinline__ WRows w_rows_for(const bf16* W, uint32_t N, uint32_t 
 }
 
 // One batch of W: k32 blocks kb, kb+S, .. kb+(U-1)*S, lane (g, t) taking k 8t..8t+7.
-template <bool VEC, int U>
+template <bool VEC, int U, bool EF = false>  // EF: evict-first L2 policy (gemm.cuh)
 __device__ __forceinline__ void load_w(uint4 (&a0)[U], uint4 (&a1)[U], const WRows& wr,
                                        uint32_t K, uint32_t S, uint32_t kb, uint32_t t) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const uint32_t k = (kb + u * S) * 32 + t * 8;  // >= K past the last block: reads 0
     if (VEC) {  // K % 8 == 0: a chunk is either wholly inside the row or wholly past it
-      a0[u] = ld_stream_v4(wr.w0 + k, wr.ok0 && k < K);
-      a1[u] = ld_stream_v4(wr.w1 + k, wr.ok1 && k < K);
+      a0[u] = ld_stream_v4<EF>(wr.w0 + k, wr.ok0 && k < K);
+      a1[u] = ld_stream_v4<EF>(wr.w1 + k, wr.ok1 && k < K);
     } else {
       a0[u] = ld_bf16x8_scalar(wr.w0, k, wr.ok0 ? K : 0);
       a1[u] = ld_bf16x8_scalar(wr.w1, k, wr.ok1 ? K : 0);
@@ -161,7 +161,9 @@ __device__ __forceinline__ void mma_batch(float (&acc)[4], const uint4 (&a0)[U],
 // XS: x is read from shared memory (row stride xs_stride(K), zero past K) instead of global.
 // Epilogue: value(j, r, n, v) sees every output v = out[r, n] this thread stores (r = r0 + 2t + j).
 // Grid: the block range, preload bytes and wait (gemv.cuh: HwGrid, or the lean entries' HwGridEarly).
-template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL, class Grid = HwGrid>
+// EF: W under the evict-first L2 policy (gemm.cuh's FG_W_EVICT_FIRST).
+template <bool VEC, int MODE, bool XS, class Prologue, class Epilogue, int UV = GEMV_UNROLL, class Grid = HwGrid,
+          bool EF = false>
 __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [rows, N] bf16 or f32; [rows, N/2] (OUT_SILU)
                                           const bf16* __restrict__ x,     // [rows, K] bf16 (global or smem)
                                           const bf16* __restrict__ W,     // [N, K] bf16
@@ -216,8 +218,8 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const uint32_t k = (ks + (d * U + u) * S) * 32 + t * 8;
-        cp_async_16_w(smem_u32(pre_w + (2 * (d * U + u)) * 32), wr.w0 + k, wr.ok0 && k < K ? 16u : 0u);
-        cp_async_16_w(smem_u32(pre_w + (2 * (d * U + u) + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
+        cp_async_16_w<EF>(smem_u32(pre_w + (2 * (d * U + u)) * 32), wr.w0 + k, wr.ok0 && k < K ? 16u : 0u);
+        cp_async_16_w<EF>(smem_u32(pre_w + (2 * (d * U + u) + 1) * 32), wr.w1 + k, wr.ok1 && k < K ? 16u : 0u);
       }
     }
     cp_async_commit();
@@ -258,7 +260,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     }
     for (; kb < kblocks; kb += S * U) {
       uint4 a0[U], a1[U], b[U];
-      load_w<VEC>(a0, a1, wr, K, S, kb, t);
+      load_w<VEC, U, EF>(a0, a1, wr, K, S, kb, t);
       load_x<VEC, XS>(b, xr, x_ok, K, kblocks, S, kb, t);
       mma_batch(acc, a0, a1, b);
     }
@@ -341,9 +343,9 @@ __device__ __forceinline__ void gemv_dispatch(void* out, const bf16* x, const bf
                                               float4 (*red)[32], Prologue pro, Epilogue epi = Epilogue{},
                                               bool silu_rt = false, bool late_rt = false) {
   if ((K & 7) == 0 && aligned16(W) && (XS || aligned16(x)))
-    gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<LEAN>::type>(out, x, W, bias, rows, N, K,
-                                                                                    split, red, pro, epi, silu_rt,
-                                                                                    late_rt);
+    gemv_body<true, MODE, XS, Prologue, Epilogue, UV, typename LeanGrid<LEAN>::type,
+              (LEAN ? kWEvictFirst >= 1 : kWEvictFirst >= 2)>(out, x, W, bias, rows, N, K, split, red, pro, epi,
+                                                              silu_rt, late_rt);
   else if constexpr (LEAN)
     __trap();
   else if constexpr (MODE != OUT_ROW)
@@ -603,6 +605,7 @@ gemv_rmsnorm_argmax(float* __restrict__ logits,           // [rows, N] f32, writ
     return;
   ArgmaxEpilogue epi;
   auto pro = [&]() { rmsnorm_prologue(gemv_xs, hidden_in, delta, hidden_out, norm_w, rows, K, eps, sh.norm); };
-  gemv_body<true, OUT_F32, true>(logits, gemv_xs, W, bias, rows, N, K, 0u, sh.red, pro, epi);  // default split
+  gemv_body<true, OUT_F32, true, decltype(pro), ArgmaxEpilogue, GEMV_UNROLL, HwGrid, (kWEvictFirst >= 2)>(
+      logits, gemv_xs, W, bias, rows, N, K, 0u, sh.red, pro, epi);  // default split
   argmax_finish(epi, tokens, ring, step, ring_len, part, counter, rows);
 }
