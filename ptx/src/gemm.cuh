@@ -81,23 +81,20 @@ __device__ __forceinline__ void cp_async_16_w(uint32_t dst, const void* src, uin
 // warps read its other 64 bytes at the same time). Measured on the H200 (8B decode, A/B in one
 // call): L2::256B 4.570 ms/token, L2::128B 4.472, no hint 4.894.
 // EF: with the evict-first L2 policy (FG_W_EVICT_FIRST above).
+// HINT / POLICY: the load's cache-hint qualifier and its policy operand, or both empty.
+#define FG_LD_STREAM_V4(HINT, POLICY)                                                                   \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"                                           \
+               " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"                   \
+               " @p ld.global.nc.L1::no_allocate" HINT ".L2::128B.v4.u32 {%0,%1,%2,%3}, [%4]" POLICY ";\n}\n" \
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                             \
+               : "l"(p), "r"((int)pred))
 template <bool EF = false>
 __device__ __forceinline__ uint4 ld_stream_v4(const void* p, bool pred) {
   uint4 v;
   if constexpr (EF)
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @p ld.global.nc.L1::no_allocate.L2::cache_hint.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4], 0x12F0000000000000;\n}\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "r"((int)pred));
+    FG_LD_STREAM_V4(".L2::cache_hint", ", 0x12F0000000000000");
   else
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
-        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @p ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "r"((int)pred));
+    FG_LD_STREAM_V4("", "");
   return v;
 }
 
