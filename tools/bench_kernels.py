@@ -180,8 +180,11 @@ STAGING_VARIANTS = (  # (label, mode, chunk bytes, issuing threads): see stage_p
     ("cp.async 16B", 1, 0, 0), ("ld.v4 -> st.shared", 2, 0, 0),
     # 256-byte rows 2 KiB apart: a kv head's keys in Qwen3's pools (8 kv heads x 128 dims x bf16)
     ("rows 2K cp.async", 3, 2048, 0),
-    ("padrows 2K cp.async", 3, 2048, 272))  # ... into rows 272 bytes apart, as the attention's tiles
-STAGING_MAX_STRIDE = max(chunk // 256 for _, mode, chunk, _ in STAGING_VARIANTS if mode == 3)
+    ("padrows 2K cp.async", 3, 2048, 272),  # ... into rows 272 bytes apart, as the attention's tiles
+    # the same rows by one 256-byte cp.async.bulk each (no LDGSTS)
+    ("bulkrows 2K", 4, 2048, 0), ("bulkpadrows 2K", 4, 2048, 272))
+ROW_MODES = (3, 4)  # stage_probe modes that gather 256-byte rows
+STAGING_MAX_STRIDE = max(chunk // 256 for _, mode, chunk, _ in STAGING_VARIANTS if mode in ROW_MODES)
 
 
 def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, variants: str | None = None) -> list[dict]:
@@ -196,7 +199,7 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, varian
     per_launch = G * nbytes
     selected = [v for v in STAGING_VARIANTS if not variants or v[0].startswith(variants)]
     # the row-gather method reads its rows spread this far (only allocated when it runs)
-    src_bytes = per_launch * (STAGING_MAX_STRIDE if any(v[1] == 3 for v in selected) else 1)
+    src_bytes = per_launch * (STAGING_MAX_STRIDE if any(v[1] in ROW_MODES for v in selected) else 1)
     c = copies_for(per_launch, smoke)
     plan = ArenaPlan()
     for i in range(c):
@@ -214,10 +217,10 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, varian
         for i in range(c):
             prog.launch("stage_probe", (G,), (threads,), [Ref(f"src{i}"), Ref(f"ns{i}"), Ref(f"sum{i}"), nbytes, chunk,
                                                           issuers, mode],
-                        shared=nbytes // 256 * (issuers or 256) if mode == 3 else nbytes)
+                        shared=nbytes // 256 * (issuers or 256) if mode in ROW_MODES else nbytes)
         r = time_program(dev, prog, arena, c, smoke, free=False)
         words = arena.read(f"src{c - 1}")
-        if mode == 3:  # CTA b's rows: 64 words of every chunk // 4 from b * (nbytes // 256) rows on
+        if mode in ROW_MODES:  # CTA b's rows: 64 words of every chunk // 4 from b * (nbytes // 256) rows on
             words = words[: G * nbytes // 256 * chunk // 4].reshape(G, nbytes // 256, chunk // 4)[:, :, :64]
         else:
             words = words[:per_launch // 4]

@@ -32,7 +32,8 @@
 # ncu: Nsight Compute stall samples per SASS instruction of the decode kernels as bench_kernels
 # launches them (0.6B GEMV shapes; attention at 4k and 32k keys), ranked by tools/ncu_stalls.py
 # into ncu_NAME.txt / .json (with ncu_NAME_details.txt: the sections' tables). NCU_CASES picks
-# cases by name (default all: attn4k attn32k attn4k_sw stage_cp stage_ld stage_rows stage_padrows qkv gate_up o_proj);
+# cases by name (default all: attn4k attn32k attn4k_sw stage_cp stage_ld stage_rows stage_padrows
+# stage_bulkrows stage_bulkpadrows qkv gate_up o_proj);
 # ncu_NAME_source.csv holds every SourceCounters column per SASS instruction (stage_cp / stage_ld:
 # contiguous 16-byte cp.async / ld.v4 copies, the sector counts' control).
 set -u
@@ -259,6 +260,8 @@ if [[ " $stages " == *" ncu "* ]]; then
          "stage_ld:^stage_probe:--only staging --staging-kb 48 --staging-variant ld.v4"
          "stage_rows:^stage_probe:--only staging --staging-kb 48 --staging-variant rows"
          "stage_padrows:^stage_probe:--only staging --staging-kb 48 --staging-variant padrows"
+         "stage_bulkrows:^stage_probe:--only staging --staging-kb 48 --staging-variant bulkrows"
+         "stage_bulkpadrows:^stage_probe:--only staging --staging-kb 48 --staging-variant bulkpadrows"
          "qkv:^gemv_rmsnorm_bf16:--only gemv --gemv-model qwen3-0.6b --gemv-shape 4096x1024"
          "gate_up:^gemv_rmsnorm_silu:--only gemv --gemv-model qwen3-0.6b --gemv-shape 6144x1024"
          "o_proj:^gemv_bf16:--only gemv --gemv-model qwen3-0.6b --gemv-shape 1024x2048")

@@ -109,7 +109,11 @@ extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
 // mode 3: cp.async 16-byte copies of 256-byte rows `chunk` bytes apart in global memory (CTA b's
 //         rows from src + b * (bytes / 256) * chunk), 16 threads a row as the decode attention's
 //         K/V tiles read a head's keys from the pools, into shared memory rows `issuers` bytes
-//         apart (0: 256, contiguous; 272: the attention tiles' padded rows).
+//         apart (0: 256, contiguous; 272: the attention tiles' padded rows);
+// mode 4: mode 3's rows and destinations, one 256-byte cp.async.bulk (TMA, non-tensor) a row,
+//         issued by every thread round-robin, all on one mbarrier: a copy engine without the
+//         LDGSTS rule that costs the padded rows 1.5x their ideal L2 sectors (BENCHMARKS,
+//         sessions 37-38).
 #define STAGE_PROBE_MAX_CHUNKS 64
 extern __shared__ __align__(128) unsigned char stage_probe_smem[];
 
@@ -127,7 +131,8 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
     const unsigned int nchunks = chunk ? (bytes + chunk - 1) / chunk : 0;
     if (mode == 0 && (nchunks == 0 || nchunks > STAGE_PROBE_MAX_CHUNKS || chunk % 16 != 0)) return;
     const unsigned int dstride = issuers ? issuers : 256;  // mode 3: shared row stride
-    if (mode == 3 && (bytes % 256 != 0 || chunk < 256 || chunk % 16 != 0 || dstride < 256 || dstride % 16 != 0))
+    if ((mode == 3 || mode == 4) &&
+        (bytes % 256 != 0 || chunk < 256 || chunk % 16 != 0 || dstride < 256 || dstride % 16 != 0))
         return;
     if (mode == 0) {
         if (threadIdx.x == 0) {
@@ -154,6 +159,22 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
                 asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
                              " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
         }
+    } else if (mode == 4) {
+        const unsigned char* rows = src + (size_t)blockIdx.x * (bytes / 256) * chunk;
+        const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[0]);
+        if (threadIdx.x == 0) {  // the whole tile's bytes expected before any copy is issued
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+            asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+        }
+        __syncthreads();
+        for (unsigned int r = threadIdx.x; r < bytes / 256; r += blockDim.x)
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];"
+                         ::"r"(dst + r * dstride), "l"(rows + (size_t)r * chunk), "r"(bar) : "memory");
+        unsigned int done = 0;
+        while (!done)
+            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+                         " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
     } else if (mode == 3) {
         const unsigned char* rows = src + (size_t)blockIdx.x * (bytes / 256) * chunk;
         for (unsigned int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
@@ -183,8 +204,8 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
     unsigned int x = 0;
     const unsigned int* w = reinterpret_cast<const unsigned int*>(stage_probe_smem);
-    for (unsigned int i = threadIdx.x; i < bytes / 4; i += blockDim.x)  // mode 3: row i / 64's words
-        x ^= w[mode == 3 ? (i / 64) * (dstride / 4) + i % 64 : i];
+    for (unsigned int i = threadIdx.x; i < bytes / 4; i += blockDim.x)  // modes 3-4: row i / 64's words
+        x ^= w[mode == 3 || mode == 4 ? (i / 64) * (dstride / 4) + i % 64 : i];
     for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
     if ((threadIdx.x & 31) == 0) xor_part[threadIdx.x >> 5] = x;
     __syncthreads();

@@ -75,18 +75,19 @@ def cluster_case(rng):
 @kernel_case("stage_probe")
 def stage_probe_case(rng):
     # every staging method brings each CTA's slice into shared memory: the xor of its words
-    # (mode 3: 256-byte rows `chunk` bytes apart, as the attention's K/V rows in the pools)
+    # (modes 3-4: 256-byte rows `chunk` bytes apart, as the attention's K/V rows in the pools)
     G = int(rng.integers(1, 9))
-    mode = int(rng.integers(0, 4))
-    chunk = {0: int(rng.choice([4096, 16384])), 3: int(rng.choice([256, 2048, 2064]))}.get(mode, 0)
-    if mode == 3:
+    mode = int(rng.integers(0, 5))
+    rowwise = mode in (3, 4)
+    chunk = int(rng.choice([4096, 16384])) if mode == 0 else int(rng.choice([256, 2048, 2064])) if rowwise else 0
+    if rowwise:
         nbytes = 256 * int(rng.integers(1, 64))
         src_bytes = G * nbytes // 256 * chunk
     else:
         nbytes = 16 * int(rng.integers(1, (chunk * 64 if mode == 0 else 65536) // 16 // 4))
         src_bytes = G * nbytes
-    issuers = int(rng.choice([1, 4, 32])) if mode != 3 else int(rng.choice([0, 256, 272]))  # mode 3: row stride
-    shared = nbytes // 256 * (issuers or 256) if mode == 3 else nbytes
+    issuers = int(rng.choice([0, 256, 272])) if rowwise else int(rng.choice([1, 4, 32]))  # rowwise: row stride
+    shared = nbytes // 256 * (issuers or 256) if rowwise else nbytes
     p = Program("stage_probe")
     p.launch("stage_probe", (G,), (int(rng.choice([128, 256, 384])),),
              [Ref("src"), Ref("ns"), Ref("sum"), nbytes, chunk, issuers, mode], shared=shared)
@@ -94,7 +95,7 @@ def stage_probe_case(rng):
 
     def reference(v):
         w = v["src"].reshape(G, -1)
-        if mode == 3:
+        if rowwise:
             w = w.reshape(G, nbytes // 256, chunk // 4)[:, :, :64].reshape(G, -1)
         return {"sum": np.bitwise_xor.reduce(w, axis=1)}
 

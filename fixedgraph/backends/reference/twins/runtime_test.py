@@ -65,7 +65,7 @@ def stage_probe(mem, grid, block, src, ns, sum_, nbytes, chunk, issuers, mode):
     G = grid[0]
     if nbytes % 16 or (mode == 0 and (chunk == 0 or chunk % 16 or -(-nbytes // chunk) > 64)):
         return
-    if mode == 3:  # 256-byte rows `chunk` bytes apart
+    if mode in (3, 4):  # 256-byte rows `chunk` bytes apart
         dstride = issuers or 256
         if nbytes % 256 or chunk < 256 or chunk % 16 or dstride < 256 or dstride % 16:
             return
