@@ -115,6 +115,25 @@ extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
 //         LDGSTS rule that costs the padded rows 1.5x their ideal L2 sectors (BENCHMARKS,
 //         sessions 37-38).
 #define STAGE_PROBE_MAX_CHUNKS 64
+
+// The probes' mbarrier steps (shared-memory address bar): init for one arrival, the fences that
+// make the inits visible to the async proxy (once after them all), the arrival that expects
+// `bytes` of bulk copies, and the spin until phase 0 completes.
+__device__ __forceinline__ void probe_mbar_init(unsigned int bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void probe_mbar_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void probe_mbar_expect(unsigned int bar, unsigned int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void probe_mbar_wait0(unsigned int bar) {
+    unsigned int done = 0;
+    while (!done)
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+                     " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
+}
 extern __shared__ __align__(128) unsigned char stage_probe_smem[];
 
 extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, unsigned long long* __restrict__ ns,
@@ -136,45 +155,34 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
         return;
     if (mode == 0) {
         if (threadIdx.x == 0) {
-            for (unsigned int c = 0; c < nchunks; ++c) {
-                const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[c]);
-                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+            for (unsigned int c = 0; c < nchunks; ++c) probe_mbar_init((unsigned int)__cvta_generic_to_shared(&bars[c]));
+            probe_mbar_fence();
         }
         __syncthreads();
         if (threadIdx.x < issuers) {
             for (unsigned int c = threadIdx.x; c < nchunks; c += issuers) {
                 const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[c]);
                 const unsigned int n = min(chunk, bytes - c * chunk);
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(n) : "memory");
+                probe_mbar_expect(bar, n);
                 asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                              ::"r"(dst + c * chunk), "l"(base + (size_t)c * chunk), "r"(n), "r"(bar) : "memory");
             }
         }
-        for (unsigned int c = 0; c < nchunks; ++c) {  // every thread waits for every chunk
-            const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[c]);
-            unsigned int done = 0;
-            while (!done)
-                asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
-                             " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
-        }
+        for (unsigned int c = 0; c < nchunks; ++c)  // every thread waits for every chunk
+            probe_mbar_wait0((unsigned int)__cvta_generic_to_shared(&bars[c]));
     } else if (mode == 4) {
         const unsigned char* rows = src + (size_t)blockIdx.x * (bytes / 256) * chunk;
         const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[0]);
         if (threadIdx.x == 0) {  // the whole tile's bytes expected before any copy is issued
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-            asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+            probe_mbar_init(bar);
+            probe_mbar_fence();
+            probe_mbar_expect(bar, bytes);
         }
         __syncthreads();
         for (unsigned int r = threadIdx.x; r < bytes / 256; r += blockDim.x)
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];"
                          ::"r"(dst + r * dstride), "l"(rows + (size_t)r * chunk), "r"(bar) : "memory");
-        unsigned int done = 0;
-        while (!done)
-            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
-                         " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
+        probe_mbar_wait0(bar);
     } else if (mode == 3) {
         const unsigned char* rows = src + (size_t)blockIdx.x * (bytes / 256) * chunk;
         for (unsigned int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
@@ -238,8 +246,8 @@ extern "C" __global__ void l2_hol_probe(const unsigned char* __restrict__ src, c
     const unsigned int b = (unsigned int)__cvta_generic_to_shared(&bar);
     const bool bulk = mode == 1 && inflight > 0 && inflight % 16 == 0;
     if (bulk && threadIdx.x == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+        probe_mbar_init(b);
+        probe_mbar_fence();
     }
     __syncthreads();
     unsigned long long ti;
@@ -249,7 +257,7 @@ extern "C" __global__ void l2_hol_probe(const unsigned char* __restrict__ src, c
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + i), "l"(base + i) : "memory");
         asm volatile("cp.async.commit_group;" ::: "memory");
     } else if (bulk && threadIdx.x == 0) {
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(inflight) : "memory");
+        probe_mbar_expect(b, inflight);
         for (unsigned int c = 0; c < inflight; c += 16384) {
             const unsigned int n = min(16384u, inflight - c);
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -266,10 +274,7 @@ extern "C" __global__ void l2_hol_probe(const unsigned char* __restrict__ src, c
     if (mode == 0) {
         asm volatile("cp.async.wait_all;" ::: "memory");
     } else if (bulk) {
-        unsigned int done = 0;
-        while (!done)
-            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
-                         " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(b) : "memory");
+        probe_mbar_wait0(b);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
