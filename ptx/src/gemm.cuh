@@ -44,22 +44,22 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// FG_W_EVICT_FIRST (an A/B build: tools/build_ptx.py gemv -D FG_W_EVICT_FIRST=N --out DIR): the
-// weight loads and preload copies of the GEMVs under an evict-first L2 policy; 1: the decode
-// chain's lean entries (_vec, _row), 2: every entry, the head's gemv_rmsnorm_argmax included.
-// A token's 0.5-16 GB of weights pass through the 50 MB L2 once each; the hint may let what is
-// re-read (K/V of recent keys, activations) stay (a guess at the mechanism, not measured).
-// Session 38, same-call A/Bs of every entry with a createpolicy register (866f13f), ms a token:
-// Qwen2.5-0.5B -2.5%, Llama-3.2-1B -0.8%, Qwen2.5-7B -0.8%, Qwen3-8B -0.6% (4k: -0.9%),
-// Llama-3-8B -0.6%, Llama-3.2-3B -0.6%, Qwen3-4B -0.2%; Qwen3-0.6B +0.1-0.3% (4k: +0.3-1.0%).
-// That form spilled 20-32 bytes in four 80-register entries (check_ptx refuses spills). The
-// policy here is an immediate operand (0x12F0000000000000: createpolicy's evict-first
-// encoding, CUTLASS's CacheHintSm90::EVICT_FIRST; ptxas puts it in the load's uniform memory
-// descriptor); under 2 gemv_rmsnorm_argmax still spills 16 bytes and gemv_rmsnorm_silu_bf16 24
-// (the ld hint does it), under 1 nothing spills. Neither has run on the GPU yet. ld's own
-// .L2::evict_first modifier needs .v8 loads (sm_100).
+// FG_W_EVICT_FIRST: the weight loads and preload copies of the GEMVs under an evict-first L2
+// policy; 0: none, 1 (the default): the decode chain's lean entries (_vec, _row), 2: every entry,
+// the head's gemv_rmsnorm_argmax included (A/B builds: tools/build_ptx.py gemv -D
+// FG_W_EVICT_FIRST=N --out DIR). A token's 0.5-16 GB of weights pass through the 50 MB L2 once
+// each; the hint may let what is re-read (K/V of recent keys, activations) stay (a guess at the
+// mechanism, not measured). Session 38, same-call A/Bs of every entry with a createpolicy
+// register (866f13f), ms a token: Qwen2.5-0.5B -2.5%, Llama-3.2-1B -0.8%, Qwen2.5-7B -0.8%,
+// Qwen3-8B -0.6% (4k: -0.9%), Llama-3-8B -0.6%, Llama-3.2-3B -0.6%, Qwen3-4B -0.2%; Qwen3-0.6B
+// +0.1-0.3% (4k: +0.3-1.0%); that form spilled 20-32 bytes in four 80-register entries.
+// Session 39, mode 1 against 0 in one call: Qwen3-0.6B -0.8% (128 + 512 and 4096 + 64).
+// The policy is an immediate operand (0x12F0000000000000: createpolicy's evict-first encoding,
+// CUTLASS's CacheHintSm90::EVICT_FIRST; ptxas puts it in the load's uniform memory descriptor);
+// under 2 gemv_rmsnorm_argmax still spills 16 bytes and gemv_rmsnorm_silu_bf16 24 (the ld hint
+// does it), under 1 nothing spills. ld's own .L2::evict_first modifier needs .v8 loads (sm_100).
 #ifndef FG_W_EVICT_FIRST
-#define FG_W_EVICT_FIRST 0
+#define FG_W_EVICT_FIRST 1
 #endif
 constexpr int kWEvictFirst = FG_W_EVICT_FIRST;
 
