@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fixedgraph import bf16  # noqa: E402
 from fixedgraph.backends import get_device  # noqa: E402
 from fixedgraph.backends.reference.twins.runtime_test import (ICACHE_FMAS, chase_ends, handoff_chain,  # noqa: E402
-                                                               icache_sums)
+                                                               icache_sums, persist_gemv, persist_ops)
 from fixedgraph.layout import ArenaPlan  # noqa: E402
 from fixedgraph.ops import attention, gemv  # noqa: E402
 from fixedgraph.program import Null, Program, Ref  # noqa: E402
@@ -235,6 +235,92 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, varian
                     "per_sm_GBps": nbytes / max(cta, 1.0)})
     if not smoke:
         dev.free(arena.base)
+    return out
+
+
+def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
+                  graph: bool = True) -> list[dict]:
+    """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
+    op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
+    SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
+    handed over by global counters), and the decode graph's own launches of the same shapes (norm
+    + qkv, o_proj, norm + gate_up + SiLU, down: PDL edges). Per step: µs, µs a layer, share of the
+    copy bandwidth (the caller adds it; ``graph``: also time the launches); the probe's outputs are checked bit for bit against its
+    twin's formula on the first layer's ops and the last op."""
+    shapes = [(96, 64), (64, 96)] * layers if smoke else GEMV_SHAPES[model] * layers
+    G = 2 if smoke else int(dev.properties()["sm_count"])
+    kmax = max(K for _, K in shapes)
+    slot = max(slot_kb << 10, 16 * -(-2 * kmax // 16))
+    xbytes = 16 * -(-2 * kmax // 16)
+    stages = 2 if smoke else min(32, (int(dev.properties().get("max_shared_per_block_optin", 232448)) - 1024 - xbytes) // slot)
+    table, wbytes, n_act = persist_ops(shapes, shapes[0][1])
+    wsum = sum(N * K * 2 for N, K in shapes)
+    plan = ArenaPlan()
+    plan.add("w", (wbytes // 2,), "bf16")
+    plan.add("act", (n_act,), "bf16")
+    plan.add("ops", (table.size,), "u32")
+    plan.add("cnt", (len(shapes),), "u32")
+    plan.add("step", (1,), "u32")
+    plan.add("marks", (len(shapes) * G,), "u64")
+    plan.add("ns", (2 * G,), "u64")
+    arena = dev.arena(plan)
+    chunk = bf16.from_f32(rng.standard_normal(1 << 22).astype(np.float32) * 0.05)
+    w = np.resize(chunk, wbytes // 2)
+    arena.write("w", w)
+    act = np.zeros(n_act, np.uint16)
+    act[:shapes[0][1]] = bf16.from_f32(rng.standard_normal(shapes[0][1]).astype(np.float32))
+    arena.write("act", act)
+    arena.write("ops", table.reshape(-1))
+    arena.write("cnt", np.zeros(len(shapes), np.uint32))
+    arena.write("step", np.zeros(1, np.uint32))
+    prog = Program(f"persist.{model}.x{layers}")
+    prog.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
+    prog.launch("persist_probe", (G,), (32 * (warps + 1),), [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"),
+                                                             Ref("step"), Ref("marks"), Ref("ns"), slot, kmax],
+                shared=xbytes + stages * slot)
+    r = time_program(dev, prog, arena, 1, smoke, free=False)
+    got = arena.read("act")  # bf16 bits
+    for j in list(range(min(4, len(shapes)))) + [len(shapes) - 1]:
+        N, K, w16, i, o = (int(v) for v in table[j])
+        W = bf16.to_f32(w[8 * w16: 8 * w16 + N * K]).reshape(N, K)
+        if not np.array_equal(persist_gemv(W, bf16.to_f32(got[i:i + K])), got[o:o + N]):
+            raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
+    out = []
+    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages}"
+    if not smoke:
+        ns = arena.read("ns").astype(np.int64).reshape(G, 2)
+        marks = arena.read("marks").astype(np.int64).reshape(len(shapes), G)
+        span = int(ns[:, 1].max() - ns[:, 0].min())
+        per = len(GEMV_SHAPES[model])
+        ends = marks[per - 1::per].max(axis=1)  # each layer's last arrival
+        layer_ns = np.diff(ends)
+        out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r, "span_us": span / 1e3,
+                    "layer_us_median": float(np.median(layer_ns)) / 1e3 if len(layer_ns) else float("nan")})
+        dev.free(arena.base)
+    else:
+        out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r})
+    if not graph:
+        return out
+    # the decode graph's launches of the same shapes, each layer's weights their own
+    nmax = max(N for N, _ in shapes)
+    plan = ArenaPlan()
+    for j, (N, K) in enumerate(shapes):
+        plan.add(f"w{j}", (N, K), "bf16")
+    plan.add("x", (1, kmax), "bf16")
+    plan.add("h0", (1, kmax), "f32")
+    plan.add("h1", (1, kmax), "f32")
+    plan.add("gu", (1, 2 * kmax), "bf16")
+    plan.add("nw", (kmax,), "bf16")
+    plan.add("out", (1, nmax), "bf16")
+    arena = dev.arena(plan)
+    for name in plan.regions:
+        fill(arena, name, rng)
+    prog = Program(f"persist.graph.{model}.x{layers}")
+    kinds = [ks[0] for ks in GEMV_KINDS] if not smoke else ["plain", "plain"]
+    for j, (N, K) in enumerate(shapes):
+        add_gemv(prog, kinds[j % len(kinds)], Ref(f"w{j}"), N, K, None)
+    r = time_program(dev, prog, arena, 1, smoke)
+    out.append({"kernel": "persist_graph", "shape": f"{model} x{layers} launches", "bytes": wsum, **r})
     return out
 
 
@@ -450,7 +536,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
-    ap.add_argument("--only", nargs="+", choices=("gemv", "attention", "staging", "hol", "bcast", "icache", "handoff"),
+    ap.add_argument("--only", nargs="+", choices=("gemv", "attention", "staging", "hol", "bcast", "icache", "handoff",
+                                                     "persist"),
                     help="time only these kernels (one or more groups)")
     ap.add_argument("--staging-kb", type=int, nargs="+", default=[48, 96, 190],
                     help="staging probe: KiB per CTA (one CTA per SM)")
@@ -461,6 +548,11 @@ def main() -> int:
     ap.add_argument("--handoff-smem", type=int, nargs=2, default=(0, 0), metavar=("PLAIN_KB", "CLUSTER_KB"),
                     help="handoff probe with --handoff-cluster: also the alternating chain with these dynamic "
                     "shared-memory footprints (e.g. 74 134), and a plain one holding the same")
+    ap.add_argument("--persist-model", nargs="+", default=["qwen3-0.6b"], choices=tuple(GEMV_SHAPES),
+                    help="persist probe: the GEMV shapes of these models")
+    ap.add_argument("--persist-layers", type=int, default=28, help="persist probe: layers a step")
+    ap.add_argument("--persist-warps", type=int, nargs="+", default=[8], help="persist probe: compute warps a CTA")
+    ap.add_argument("--persist-slot-kb", type=int, nargs="+", default=[16], help="persist probe: KiB a ring stage")
     ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
                     help="hol probe: KiB of copies in flight per CTA (one CTA per SM)")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
@@ -491,6 +583,7 @@ def main() -> int:
         rows += [bench_icache(dev, e, 2, 32, True, rng) for e in ICACHE_PROBES]
         rows.append(bench_icache(dev, "icache_probe_8k", 2, 32, True, rng, flush_blocks=2))
         rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
+        rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng)
         rows.append(bench_handoff(dev, 2, "pdl", True, rng, cluster=2, alternate=True, smem=(1024, 2048)))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
@@ -529,6 +622,10 @@ def main() -> int:
         for blocks in (1, 2, 3, 4, 5, 6, 8):  # the caches' reach: 16-210 KB of other code in between
             rows.append(bench_icache(dev, "icache_probe_8k", int(dev.properties()["sm_count"]), 256, False, rng,
                                      flush_blocks=blocks))
+    if "persist" in only:
+        for model in args.persist_model:
+            for n, (warps, kb) in enumerate((w, k) for w in args.persist_warps for k in args.persist_slot_kb):
+                rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0)
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)
@@ -571,6 +668,10 @@ def main() -> int:
         print(f"staging {r['cta_bytes'] >> 10:>4} KiB/CTA {r['shape']:<20} span {r['span_us']:7.2f} us "
               f"{r['span_GBps']:7.0f} GB/s ({r['span_GBps'] / copy * 100:3.0f}% of copy), median CTA "
               f"{r['cta_median_us']:6.2f} us = {r['per_sm_GBps']:5.1f} GB/s per SM")
+    for r in (r for r in rows if r["kernel"].startswith("persist")):
+        extra = (f"; in-kernel span {r['span_us']:8.1f} us, a layer's last arrival to the next's: median "
+                 f"{r['layer_us_median']:6.2f} us" if "span_us" in r else "")
+        print(f"{r['kernel']:<13} {r['shape']:<34} {r['us']:8.1f} us a step ({r['fraction'] * 100:3.0f}% of copy){extra}")
     for r in (r for r in rows if r["kernel"] == "hol"):
         print(f"hol {r['shape']:<18} issue {r['issue_us_median']:5.2f} us (p90 {r['issue_us_p90']:5.2f}); L2 hop median "
               f"{r['hop_ns_median']:7.0f} ns p90 {r['hop_ns_p90']:7.0f} ns; copies landed {r['landed_us_median']:6.2f} us after the chain's start")

@@ -478,3 +478,162 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
         ns[3 * blockIdx.x + 2] = t2;
     }
 }
+
+// Persistent streaming-GEMV probe (tools/bench_kernels.py --only persist): how fast one launch
+// can run a decode step's chain of GEMVs when each CTA (one per SM) keeps its weights streaming
+// through a ring of shared-memory stages filled ahead by a loader warp, and the ops hand over
+// through global counters instead of kernel boundaries (HazyResearch's "Look Ma, No Bubbles"
+// megakernel design, 2025; session 17's chain copied only the next op's weights, and only once a
+// CTA reached it). The question before a persistent decode kernel: what a layer's four GEMVs
+// cost this way against the four PDL launches the decode graph runs today.
+//   ops: [nops][5] u32 = (N, K, w16, in, out): op j computes, for n < N,
+//     act[out + n] = bf16(sum over k < K of W[n, k] * act[in + k]) with W = (bf16*)w + 16 * w16
+//     bytes, row-major [N, K] (K % 8 == 0, in % 8 == 0). Op j reads act only after every CTA has
+//     finished op j - 1 (so an op may read what the op before wrote); op 0 reads what the host
+//     wrote. CTA b owns rows [b N / G, (b + 1) N / G) of every op.
+//   Arithmetic (the twin repeats it bit for bit): lane l of a row's warp accumulates, in f32 by
+//   fma, W[n, 8i + e] * x[8i + e] for i = l, l + 32, ... and e = 0..7 in that order; the lanes
+//   are summed by a shfl_xor tree (16, 8, 4, 2, 1); lane 0 stores the bf16 (round to nearest).
+//   Warps: blockDim / 32 - 1 compute warps (>= 1) and the last one, whose lane 0 streams the
+//   CTA's rows of every op, in op order, in chunks of whole rows of at most `slot` bytes, into
+//   (dynamic shared memory - 2 kmax bytes) / slot stages (at most PERSIST_MAX_STAGES) by
+//   cp.async.bulk; a stage is refilled once every compute warp has released it. The first 2 kmax
+//   bytes of dynamic shared memory hold the op's x. The loader starts before the PDL wait
+//   (weights are constants); the compute warps wait, then read epoch = *step.
+//   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
+//   1 to cnt[j] (release); op j + 1's thread 0 polls cnt[j] (acquire) until it reaches epoch * G.
+//   So cnt (nops u32) must hold (epoch - 1) * G each at launch: zeros and *step = 1 for one launch,
+//   or a bump of *step before each (handoff_probe's bump mode) over counters left by the last.
+//   marks (or NULL): marks[j * G + b] = %globaltimer when CTA b arrived after op j; ns[2b],
+//   ns[2b + 1] = its entry and exit.
+//   Needs every CTA resident at once (the counters are polled; a poll that never completes traps
+//   after seconds rather than hang), slot % 16 == 0 and 2 K <= slot for every op, kmax >= every K;
+//   otherwise (stages < 1 or > PERSIST_MAX_STAGES) every CTA returns at once.
+#define PERSIST_MAX_STAGES 32
+__device__ __forceinline__ void persist_wait_parity(unsigned int bar, unsigned int parity) {
+    asm volatile("{\n .reg .pred p;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 " @!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+__device__ __forceinline__ float persist_bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float persist_bf16_hi(unsigned int w) { return __uint_as_float(w & 0xFFFF0000u); }
+
+extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, unsigned short* act,
+                                         const unsigned int* __restrict__ ops, unsigned int nops, unsigned int* cnt,
+                                         const unsigned int* step, unsigned long long* marks,
+                                         unsigned long long* __restrict__ ns, unsigned int slot,
+                                         unsigned int kmax) { FG_KERNEL_BEGIN();
+    __shared__ __align__(8) unsigned long long full[PERSIST_MAX_STAGES], empty[PERSIST_MAX_STAGES];
+    extern __shared__ __align__(16) unsigned char persist_smem[];
+    unsigned long long t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    unsigned int dyn;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const unsigned int xbytes = (2 * kmax + 15) & ~15u;
+    const unsigned int stages = slot && dyn > xbytes ? (dyn - xbytes) / slot : 0;
+    const unsigned int cw = blockDim.x / 32 - 1;  // compute warps
+    if (stages < 1 || stages > PERSIST_MAX_STAGES || slot % 16 != 0 || cw < 1 || blockDim.x % 32 != 0) return;
+    const unsigned int G = gridDim.x, b = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const unsigned int ring = (unsigned int)__cvta_generic_to_shared(persist_smem) + xbytes;
+    if (threadIdx.x == 0) {
+        for (unsigned int s = 0; s < stages; ++s) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"((unsigned int)__cvta_generic_to_shared(&full[s])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((unsigned int)__cvta_generic_to_shared(&empty[s])),
+                         "r"(cw));
+        }
+        probe_mbar_fence();
+    }
+    __syncthreads();
+    if (warp == cw) {  // the loader: every op's rows of this CTA, in order, as far ahead as the ring allows
+        if (lane == 0) {
+            unsigned int seq = 0;
+            for (unsigned int j = 0; j < nops; ++j) {
+                const unsigned int N = ops[5 * j], K = ops[5 * j + 1];
+                const unsigned int r0 = (unsigned int)((unsigned long long)b * N / G);
+                const unsigned int r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
+                const unsigned int per = slot / (2 * K);
+                const unsigned char* src = w + 16ull * ops[5 * j + 2] + 2ull * K * r0;
+                for (unsigned int r = r0; r < r1; r += per, ++seq) {
+                    const unsigned int s = seq % stages, use = seq / stages;
+                    if (use > 0) persist_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
+                    const unsigned int bytes = 2 * K * min(per, r1 - r);
+                    const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&full[s]);
+                    probe_mbar_expect(bar, bytes);
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                                 ::"r"(ring + s * slot), "l"(src), "r"(bytes), "r"(bar) : "memory");
+                    src += bytes;
+                }
+            }
+        }
+        return;
+    }
+    FG_PDL_WAIT();
+    const unsigned int epoch = __ldcg(step);
+    const unsigned int nthreads = 32 * cw;
+    uint4* xs = reinterpret_cast<uint4*>(persist_smem);
+    unsigned int seq = 0;
+    for (unsigned int j = 0; j < nops; ++j) {
+        const unsigned int N = ops[5 * j], K = ops[5 * j + 1], in = ops[5 * j + 3], out = ops[5 * j + 4];
+        if (j > 0 && threadIdx.x == 0) {
+            const unsigned int target = epoch * G;
+            unsigned int c;
+            for (unsigned int spins = 0;; ++spins) {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt + j - 1) : "memory");
+                if ((int)(c - target) >= 0) break;
+                if (spins == (1u << 26)) __trap();  // seconds: a CTA that never arrives (not resident)
+            }
+        }
+        asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+        const uint4* x4 = reinterpret_cast<const uint4*>(act + in);
+        for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
+        asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+        const unsigned int r0 = (unsigned int)((unsigned long long)b * N / G);
+        const unsigned int r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
+        const unsigned int per = slot / (2 * K);
+        for (unsigned int r = r0; r < r1; r += per, ++seq) {
+            const unsigned int s = seq % stages, use = seq / stages;
+            persist_wait_parity((unsigned int)__cvta_generic_to_shared(&full[s]), use & 1);
+            const unsigned int rows = min(per, r1 - r);
+            const uint4* ws = reinterpret_cast<const uint4*>(persist_smem + xbytes + s * slot);
+            for (unsigned int rr = warp; rr < rows; rr += cw) {
+                float acc = 0.0f;
+                for (unsigned int i = lane; i < K / 8; i += 32) {
+                    const uint4 a = ws[rr * (K / 8) + i], x = xs[i];
+                    acc = fmaf(persist_bf16_lo(a.x), persist_bf16_lo(x.x), acc);
+                    acc = fmaf(persist_bf16_hi(a.x), persist_bf16_hi(x.x), acc);
+                    acc = fmaf(persist_bf16_lo(a.y), persist_bf16_lo(x.y), acc);
+                    acc = fmaf(persist_bf16_hi(a.y), persist_bf16_hi(x.y), acc);
+                    acc = fmaf(persist_bf16_lo(a.z), persist_bf16_lo(x.z), acc);
+                    acc = fmaf(persist_bf16_hi(a.z), persist_bf16_hi(x.z), acc);
+                    acc = fmaf(persist_bf16_lo(a.w), persist_bf16_lo(x.w), acc);
+                    acc = fmaf(persist_bf16_hi(a.w), persist_bf16_hi(x.w), acc);
+                }
+                for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+                if (lane == 0) {  // bf16, round to nearest even (inputs are finite)
+                    const unsigned int u = __float_as_uint(acc);
+                    act[out + r + rr] = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+                }
+            }
+            __syncwarp();
+            if (lane == 0)
+                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"((unsigned int)__cvta_generic_to_shared(&empty[s]))
+                             : "memory");
+        }
+        asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+        if (threadIdx.x == 0) {
+            __threadfence();
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt + j) : "memory");
+            if (marks) {
+                unsigned long long t;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                marks[(size_t)j * G + b] = t;
+            }
+        }
+    }
+    if (threadIdx.x == 0) {
+        unsigned long long t1;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+        ns[2 * b] = t0;
+        ns[2 * b + 1] = t1;
+    }
+}

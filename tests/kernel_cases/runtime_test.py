@@ -1,8 +1,9 @@
 """Cases for the runtime's own test kernels (ptx/src/runtime_test.cu)."""
 import numpy as np
 
+from fixedgraph import bf16
 from fixedgraph.backends.reference.twins.runtime_test import (ICACHE_FMAS, bcast_sums, chase_ends, handoff_chain,
-                                                               icache_sums)
+                                                               icache_sums, persist_gemv, persist_ops)
 from fixedgraph.program import Null, Program, Ref
 from tests.kernel_cases import Buffer, Check, KernelCase, kernel_case, poison
 
@@ -182,3 +183,52 @@ def handoff_case(rng):
     return KernelCase("handoff_probe", p, buffers, {last: Check(), "cnt": Check()},
                       reference=lambda v: {last: handoff_chain(v["a"], k + 1), "cnt": np.zeros(1, np.uint32)},
                       notes=f"G {G} T {T} flag grids {k}")
+
+
+@kernel_case("persist_probe")
+def persist_probe_case(rng):
+    # a chain of GEMVs in one launch, each op reading what the op before wrote, through a ring of
+    # 1-4 stages (wraps, partial chunks, CTAs with no rows of an op); sometimes two launches with
+    # the epoch bumped between them (the counters carry over)
+    G, cw = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    shapes, n_prev = [], None
+    for _ in range(int(rng.integers(1, 6))):
+        K = 8 * int(rng.integers(1, 64 if n_prev is None else n_prev // 8 + 1))
+        N = int(rng.integers(8, 300))
+        shapes.append((N, K))
+        n_prev = N
+    table, wbytes, n_act = persist_ops(shapes, shapes[0][1])
+    kmax = max(K for _, K in shapes)
+    slot = 16 * -(-2 * kmax * int(rng.integers(1, 4)) // 16) + 16 * int(rng.integers(0, 3))
+    stages = int(rng.integers(1, 5))
+    epoch, twice = int(rng.integers(1, 4)), bool(rng.integers(0, 2))
+    p = Program("persist_probe")
+    args = [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"), Ref("step"),
+            Ref("marks") if rng.integers(0, 2) else Null(), Ref("ns"), slot, kmax]
+    shared = 16 * -(-2 * kmax // 16) + stages * slot
+    p.launch("persist_probe", (G,), (32 * (cw + 1),), args, shared=shared)
+    if twice:
+        p.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
+        p.launch("persist_probe", (G,), (32 * (cw + 1),), args, shared=shared)
+    w = bf16.from_f32(rng.standard_normal(wbytes // 2).astype(np.float32) * 0.2)
+    act = np.full(n_act, 0x7FC1, np.uint16)
+    act[:shapes[0][1]] = bf16.from_f32(rng.standard_normal(shapes[0][1]).astype(np.float32))
+    nops = len(shapes)
+
+    def reference(v):
+        a = v["act"].copy()
+        for (N, K, w16, i, o) in table.astype(np.int64):
+            W = v["w"][8 * w16: 8 * w16 + N * K].reshape(N, K)
+            y = bf16.to_f32(persist_gemv(W, a[i:i + K]))
+            exact = W.astype(np.float64) @ a[i:i + K].astype(np.float64)  # the emulation is a GEMV
+            assert np.allclose(y, exact, rtol=2.0 ** -7, atol=1e-4 * np.abs(exact).max()), "persist_gemv is off"
+            a[o:o + N] = y
+        return {"act": a, "cnt": np.full(nops, (epoch - 1 + 1 + twice) * G, np.uint32)}
+
+    return KernelCase("persist_probe", p, {
+        "w": Buffer(w, "bf16"), "act": Buffer(act, "bf16"), "ops": Buffer(table.reshape(-1), "u32"),
+        "cnt": Buffer(np.full(nops, (epoch - 1) * G, np.uint32), "u32"),
+        "step": Buffer(np.array([epoch], np.uint32), "u32"),
+        "marks": poison(nops * G, "u64"), "ns": poison(2 * G, "u64")},
+        {"act": Check(), "cnt": Check()}, reference=reference,
+        notes=f"G {G} warps {cw}+1 shapes {shapes} slot {slot} stages {stages} epoch {epoch} twice {twice}")

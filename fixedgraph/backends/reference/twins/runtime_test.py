@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fixedgraph import bf16
 from fixedgraph.backends.reference.twins import twin
 
 
@@ -215,3 +216,62 @@ def handoff_probe(mem, grid, block, in_, out, n, counter, flag_in, flag_out, ste
             raise RuntimeError("handoff_probe: the arrival counter is not 0 at rest")
         mem.view(flag_out, np.uint32, 1)[0] = epoch
     mem.view(ns, np.uint64, 3 * G)[:] = 0
+
+
+def persist_gemv(W: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """persist_probe's one op, bit for bit: W [N, K] and x [K] (bf16 values as float32) -> the
+    bf16 bits of each row's dot product, summed as the kernel does (lane l: fma over k = 8 i + e,
+    i = l, l + 32, ..., e = 0..7; a bf16 product is exact in float32, so numpy's product then sum
+    rounds once as fma does; then the lanes' shfl_xor tree)."""
+    N, K = W.shape
+    iters = -(-(K // 8) // 32)
+    Wp = np.zeros((N, iters * 256), np.float32)
+    Wp[:, :K] = W
+    xp = np.zeros(iters * 256, np.float32)
+    xp[:K] = x
+    Wp = Wp.reshape(N, iters, 32, 8)
+    xp = xp.reshape(iters, 32, 8)
+    acc = np.zeros((N, 32), np.float32)
+    for i in range(iters):
+        for e in range(8):
+            acc = acc + Wp[:, i, :, e] * xp[i, :, e]
+    lanes = np.arange(32)
+    for o in (16, 8, 4, 2, 1):
+        acc = acc + acc[:, lanes ^ o]
+    return bf16.from_f32(acc[:, 0])
+
+
+def persist_ops(shapes, k0: int) -> tuple[np.ndarray, int, int]:
+    """persist_probe's op table for a chain of (N, K) GEMVs, op j reading the first K of op j - 1's
+    output (op 0: act[0:k0]); each op's W follows the last's, each output at a 16-byte aligned
+    offset. -> (table [nops, 5] u32, W bytes, act elements)."""
+    rows, w16, prev, end = [], 0, 0, -(-k0 // 8) * 8
+    for N, K in shapes:
+        rows.append((N, K, w16, prev, end))
+        w16 += N * K * 2 // 16
+        prev, end = end, end + -(-N // 8) * 8
+    return np.array(rows, np.uint32).reshape(-1, 5), 16 * w16, end
+
+
+@twin("persist_probe")
+def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slot, kmax):
+    """Every op in order (the counters' handover is what makes the GPU's order this one); the
+    counters end one epoch on; no clock (times 0). A counter not at (epoch - 1) * G at launch
+    would hang or race on the GPU, so it is an error here."""
+    G = grid[0]
+    table = mem.view(ops, np.uint32, 5 * nops).reshape(nops, 5).astype(np.int64)
+    if (slot % 16 or block[0] % 32 or block[0] < 64 or any(K % 8 or 2 * K > slot or K > kmax for K in table[:, 1])):
+        return
+    epoch = int(mem.view(step, np.uint32, 1)[0])
+    counters = mem.view(cnt, np.uint32, nops)
+    if nops and not np.all(counters == np.uint32((epoch - 1) * G)):
+        raise RuntimeError(f"persist_probe: counters {counters[:4]}... are not (epoch - 1) * G = {(epoch - 1) * G} "
+                           "at launch (zero them with *step = 1, or bump *step before each launch)")
+    for N, K, w16, i, o in table:
+        W = bf16.to_f32(mem.view(w + 16 * int(w16), np.uint16, int(N) * int(K))).reshape(int(N), int(K))
+        x = bf16.to_f32(mem.view(act + 2 * int(i), np.uint16, int(K)))
+        mem.view(act + 2 * int(o), np.uint16, int(N))[:] = persist_gemv(W, x)
+    counters += np.uint32(G)
+    if marks:
+        mem.view(marks, np.uint64, nops * G)[:] = 0
+    mem.view(ns, np.uint64, 2 * G)[:] = 0
