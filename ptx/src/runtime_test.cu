@@ -580,7 +580,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             for (unsigned int spins = 0;; ++spins) {
                 asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt + j - 1) : "memory");
                 if ((int)(c - target) >= 0) break;
-                if (spins == (1u << 26)) __trap();  // seconds: a CTA that never arrives (not resident)
+                if (spins == (1u << 22)) __trap();  // seconds: a CTA that never arrives (not resident)
             }
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
