@@ -294,8 +294,11 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         per = len(GEMV_SHAPES[model])
         ends = marks[per - 1::per].max(axis=1)  # each layer's last arrival
         layer_ns = np.diff(ends)
+        last = marks.max(axis=1)  # each op's last arrival; an op's time: from the op before's
+        op_us = [float(np.median(np.diff(last)[(p - 1) % per::per])) / 1e3 for p in range(per)] if layers > 1 else []
         out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r, "span_us": span / 1e3,
-                    "layer_us_median": float(np.median(layer_ns)) / 1e3 if len(layer_ns) else float("nan")})
+                    "layer_us_median": float(np.median(layer_ns)) / 1e3 if len(layer_ns) else float("nan"),
+                    "op_us_median": op_us})
         dev.free(arena.base)
     else:
         out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r})
@@ -670,7 +673,8 @@ def main() -> int:
               f"{r['cta_median_us']:6.2f} us = {r['per_sm_GBps']:5.1f} GB/s per SM")
     for r in (r for r in rows if r["kernel"].startswith("persist")):
         extra = (f"; in-kernel span {r['span_us']:8.1f} us, a layer's last arrival to the next's: median "
-                 f"{r['layer_us_median']:6.2f} us" if "span_us" in r else "")
+                 f"{r['layer_us_median']:6.2f} us (ops: {' '.join(f'{u:.2f}' for u in r['op_us_median'])})"
+                 if "span_us" in r else "")
         print(f"{r['kernel']:<13} {r['shape']:<34} {r['us']:8.1f} us a step ({r['fraction'] * 100:3.0f}% of copy){extra}")
     for r in (r for r in rows if r["kernel"] == "hol"):
         print(f"hol {r['shape']:<18} issue {r['issue_us_median']:5.2f} us (p90 {r['issue_us_p90']:5.2f}); L2 hop median "

@@ -491,9 +491,10 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //     bytes, row-major [N, K] (K % 8 == 0, in % 8 == 0). Op j reads act only after every CTA has
 //     finished op j - 1 (so an op may read what the op before wrote); op 0 reads what the host
 //     wrote. CTA b owns rows [b N / G, (b + 1) N / G) of every op.
-//   Arithmetic (the twin repeats it bit for bit): lane l of a row's warp accumulates, in f32 by
-//   fma, W[n, 8i + e] * x[8i + e] for i = l, l + 32, ... and e = 0..7 in that order; the lanes
-//   are summed by a shfl_xor tree (16, 8, 4, 2, 1); lane 0 stores the bf16 (round to nearest).
+//   Arithmetic (the twin repeats it bit for bit): lane l of a row's warp keeps four f32 chains;
+//   its j-th 16-byte unit i = l + 32 j goes to chain j % 4, which adds W[n, 8i + e] * x[8i + e]
+//   by fma for e = 0..7 in that order; the lane's sum is (c0 + c1) + (c2 + c3), the lanes are
+//   summed by a shfl_xor tree (16, 8, 4, 2, 1), and lane 0 stores the bf16 (round to nearest).
 //   Warps: blockDim / 32 - 1 compute warps (>= 1) and the last one, whose lane 0 streams the
 //   CTA's rows of every op, in op order, in chunks of whole rows of at most `slot` bytes, into
 //   (dynamic shared memory - 2 kmax bytes) / slot stages (at most PERSIST_MAX_STAGES) by
@@ -517,6 +518,16 @@ __device__ __forceinline__ void persist_wait_parity(unsigned int bar, unsigned i
 
 __device__ __forceinline__ float persist_bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float persist_bf16_hi(unsigned int w) { return __uint_as_float(w & 0xFFFF0000u); }
+__device__ __forceinline__ void persist_fma8(float& acc, uint4 a, uint4 x) {  // elements 0..7 in order
+    acc = fmaf(persist_bf16_lo(a.x), persist_bf16_lo(x.x), acc);
+    acc = fmaf(persist_bf16_hi(a.x), persist_bf16_hi(x.x), acc);
+    acc = fmaf(persist_bf16_lo(a.y), persist_bf16_lo(x.y), acc);
+    acc = fmaf(persist_bf16_hi(a.y), persist_bf16_hi(x.y), acc);
+    acc = fmaf(persist_bf16_lo(a.z), persist_bf16_lo(x.z), acc);
+    acc = fmaf(persist_bf16_hi(a.z), persist_bf16_hi(x.z), acc);
+    acc = fmaf(persist_bf16_lo(a.w), persist_bf16_lo(x.w), acc);
+    acc = fmaf(persist_bf16_hi(a.w), persist_bf16_hi(x.w), acc);
+}
 
 extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, unsigned short* act,
                                          const unsigned int* __restrict__ ops, unsigned int nops, unsigned int* cnt,
@@ -596,21 +607,23 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             const unsigned int rows = min(per, r1 - r);
             const uint4* ws = reinterpret_cast<const uint4*>(persist_smem + xbytes + s * slot);
             for (unsigned int rr = warp; rr < rows; rr += cw) {
-                float acc = 0.0f;
-                for (unsigned int i = lane; i < K / 8; i += 32) {
-                    const uint4 a = ws[rr * (K / 8) + i], x = xs[i];
-                    acc = fmaf(persist_bf16_lo(a.x), persist_bf16_lo(x.x), acc);
-                    acc = fmaf(persist_bf16_hi(a.x), persist_bf16_hi(x.x), acc);
-                    acc = fmaf(persist_bf16_lo(a.y), persist_bf16_lo(x.y), acc);
-                    acc = fmaf(persist_bf16_hi(a.y), persist_bf16_hi(x.y), acc);
-                    acc = fmaf(persist_bf16_lo(a.z), persist_bf16_lo(x.z), acc);
-                    acc = fmaf(persist_bf16_hi(a.z), persist_bf16_hi(x.z), acc);
-                    acc = fmaf(persist_bf16_lo(a.w), persist_bf16_lo(x.w), acc);
-                    acc = fmaf(persist_bf16_hi(a.w), persist_bf16_hi(x.w), acc);
+                const uint4* row = ws + rr * (K / 8);
+                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                unsigned int i = lane;
+                for (; i + 96 < K / 8; i += 128) {  // four 16-byte units a lane in flight, one chain each
+                    uint4 a[4], x[4];
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) a[u] = row[i + 32 * u], x[u] = xs[i + 32 * u];
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) persist_fma8(acc[u], a[u], x[u]);
                 }
-                for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+#pragma unroll
+                for (int u = 0; u < 3; ++u)  // the last 0-3 units: chains 0, 1, 2 in turn
+                    if (i + 32 * u < K / 8) persist_fma8(acc[u], row[i + 32 * u], xs[i + 32 * u]);
+                float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+                for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
                 if (lane == 0) {  // bf16, round to nearest even (inputs are finite)
-                    const unsigned int u = __float_as_uint(acc);
+                    const unsigned int u = __float_as_uint(sum);
                     act[out + r + rr] = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
                 }
             }

@@ -220,9 +220,10 @@ def handoff_probe(mem, grid, block, in_, out, n, counter, flag_in, flag_out, ste
 
 def persist_gemv(W: np.ndarray, x: np.ndarray) -> np.ndarray:
     """persist_probe's one op, bit for bit: W [N, K] and x [K] (bf16 values as float32) -> the
-    bf16 bits of each row's dot product, summed as the kernel does (lane l: fma over k = 8 i + e,
-    i = l, l + 32, ..., e = 0..7; a bf16 product is exact in float32, so numpy's product then sum
-    rounds once as fma does; then the lanes' shfl_xor tree)."""
+    bf16 bits of each row's dot product, summed as the kernel does (lane l's j-th 16-byte unit,
+    k = 8 (l + 32 j) + e for e = 0..7, goes by fma into chain j % 4; a bf16 product is exact in
+    float32, so numpy's product then sum rounds once as fma does; the lane's sum (c0 + c1) +
+    (c2 + c3); then the lanes' shfl_xor tree)."""
     N, K = W.shape
     iters = -(-(K // 8) // 32)
     Wp = np.zeros((N, iters * 256), np.float32)
@@ -231,14 +232,15 @@ def persist_gemv(W: np.ndarray, x: np.ndarray) -> np.ndarray:
     xp[:K] = x
     Wp = Wp.reshape(N, iters, 32, 8)
     xp = xp.reshape(iters, 32, 8)
-    acc = np.zeros((N, 32), np.float32)
-    for i in range(iters):
+    acc = np.zeros((4, N, 32), np.float32)
+    for j in range(iters):
         for e in range(8):
-            acc = acc + Wp[:, i, :, e] * xp[i, :, e]
+            acc[j % 4] = acc[j % 4] + Wp[:, j, :, e] * xp[j, :, e]
+    lane = (acc[0] + acc[1]) + (acc[2] + acc[3])
     lanes = np.arange(32)
     for o in (16, 8, 4, 2, 1):
-        acc = acc + acc[:, lanes ^ o]
-    return bf16.from_f32(acc[:, 0])
+        lane = lane + lane[:, lanes ^ o]
+    return bf16.from_f32(lane[:, 0])
 
 
 def persist_ops(shapes, k0: int) -> tuple[np.ndarray, int, int]:
