@@ -239,11 +239,12 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, varian
 
 
 def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
-                  graph: bool = True) -> list[dict]:
+                  graph: bool = True, flag: int = 1) -> list[dict]:
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
-    handed over by global counters), and the decode graph's own launches of the same shapes (norm
+    handed over by global counters: ``flag`` 1, the last arriver publishes a flag; 2, the same
+    without the arrival's fence; 0, the counter is polled), and the decode graph's own launches of the same shapes (norm
     + qkv, o_proj, norm + gate_up + SiLU, down: PDL edges). Per step: µs, µs a layer, share of the
     copy bandwidth (the caller adds it; ``graph``: also time the launches); the probe's outputs are checked bit for bit against its
     twin's formula on the first layer's ops and the last op."""
@@ -259,7 +260,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     plan.add("w", (wbytes // 2,), "bf16")
     plan.add("act", (n_act,), "bf16")
     plan.add("ops", (table.size,), "u32")
-    plan.add("cnt", (len(shapes),), "u32")
+    plan.add("cnt", (2 * len(shapes),), "u32")
     plan.add("step", (1,), "u32")
     plan.add("marks", (len(shapes) * G,), "u64")
     plan.add("ns", (2 * G,), "u64")
@@ -271,12 +272,12 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     act[:shapes[0][1]] = bf16.from_f32(rng.standard_normal(shapes[0][1]).astype(np.float32))
     arena.write("act", act)
     arena.write("ops", table.reshape(-1))
-    arena.write("cnt", np.zeros(len(shapes), np.uint32))
+    arena.write("cnt", np.zeros(2 * len(shapes), np.uint32))
     arena.write("step", np.zeros(1, np.uint32))
     prog = Program(f"persist.{model}.x{layers}")
     prog.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
     prog.launch("persist_probe", (G,), (32 * (warps + 1),), [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"),
-                                                             Ref("step"), Ref("marks"), Ref("ns"), slot, kmax],
+                                                             Ref("step"), Ref("marks"), Ref("ns"), slot, kmax, flag],
                 shared=xbytes + stages * slot)
     r = time_program(dev, prog, arena, 1, smoke, free=False)
     got = arena.read("act")  # bf16 bits
@@ -286,7 +287,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         if not np.array_equal(persist_gemv(W, bf16.to_f32(got[i:i + K])), got[o:o + N]):
             raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
     out = []
-    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages}"
+    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {('count', 'flag', 'flag-nofence')[flag]}"
     if not smoke:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
         marks = arena.read("marks").astype(np.int64).reshape(len(shapes), G)
@@ -556,6 +557,9 @@ def main() -> int:
     ap.add_argument("--persist-layers", type=int, default=28, help="persist probe: layers a step")
     ap.add_argument("--persist-warps", type=int, nargs="+", default=[8], help="persist probe: compute warps a CTA")
     ap.add_argument("--persist-slot-kb", type=int, nargs="+", default=[16], help="persist probe: KiB a ring stage")
+    ap.add_argument("--persist-handoff", nargs="+", default=["flag"], choices=("count", "flag", "flag-nofence"),
+                    help="persist probe: ops handed over by a polled counter, a published flag, or a flag "
+                    "whose arrival has no fence before it")
     ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
                     help="hol probe: KiB of copies in flight per CTA (one CTA per SM)")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
@@ -627,8 +631,10 @@ def main() -> int:
                                      flush_blocks=blocks))
     if "persist" in only:
         for model in args.persist_model:
-            for n, (warps, kb) in enumerate((w, k) for w in args.persist_warps for k in args.persist_slot_kb):
-                rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0)
+            combos = [(w, k, h) for w in args.persist_warps for k in args.persist_slot_kb for h in args.persist_handoff]
+            for n, (warps, kb, h) in enumerate(combos):
+                rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0,
+                                      flag=("count", "flag", "flag-nofence").index(h))
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)

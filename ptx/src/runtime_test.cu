@@ -502,9 +502,15 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   bytes of dynamic shared memory hold the op's x. The loader starts before the PDL wait
 //   (weights are constants); the compute warps wait, then read epoch = *step.
 //   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
-//   1 to cnt[j] (release); op j + 1's thread 0 polls cnt[j] (acquire) until it reaches epoch * G.
-//   So cnt (nops u32) must hold (epoch - 1) * G each at launch: zeros and *step = 1 for one launch,
-//   or a bump of *step before each (handoff_probe's bump mode) over counters left by the last.
+//   1 to the arrival counter cnt[2j]. flag 0: op j + 1's thread 0 polls that counter (acquire)
+//   until it reaches epoch * G (132 pollers on the line the arrivals serialise on); flag 1: the
+//   add is acq_rel, the CTA that completes the count stores epoch to cnt[2j + 1] (release), and
+//   op j + 1's thread 0 polls that word until it holds epoch (handoff_probe's flag, ~0.2 us);
+//   flag 2: flag 1 without thread 0's fence before its add (the barrier before it and the add's
+//   release order the compute warps' stores: the PTX model's release is cumulative).
+//   So cnt ([nops][2] u32) must hold ((epoch - 1) * G, epoch - 1) each at launch: zeros and
+//   *step = 1 for one launch, or a bump of *step before each (handoff_probe's bump mode) over the
+//   words left by the last.
 //   marks (or NULL): marks[j * G + b] = %globaltimer when CTA b arrived after op j; ns[2b],
 //   ns[2b + 1] = its entry and exit.
 //   Needs every CTA resident at once (the counters are polled; a poll that never completes traps
@@ -533,7 +539,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                                          const unsigned int* __restrict__ ops, unsigned int nops, unsigned int* cnt,
                                          const unsigned int* step, unsigned long long* marks,
                                          unsigned long long* __restrict__ ns, unsigned int slot,
-                                         unsigned int kmax) { FG_KERNEL_BEGIN();
+                                         unsigned int kmax, unsigned int flag) { FG_KERNEL_BEGIN();
     __shared__ __align__(8) unsigned long long full[PERSIST_MAX_STAGES], empty[PERSIST_MAX_STAGES];
     extern __shared__ __align__(16) unsigned char persist_smem[];
     unsigned long long t0;
@@ -586,10 +592,11 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
     for (unsigned int j = 0; j < nops; ++j) {
         const unsigned int N = ops[5 * j], K = ops[5 * j + 1], in = ops[5 * j + 3], out = ops[5 * j + 4];
         if (j > 0 && threadIdx.x == 0) {
-            const unsigned int target = epoch * G;
+            const unsigned int target = flag ? epoch : epoch * G;
+            const unsigned int* word = cnt + 2 * (j - 1) + (flag ? 1 : 0);  // flag 1, 2: the published word
             unsigned int c;
             for (unsigned int spins = 0;; ++spins) {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt + j - 1) : "memory");
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(word) : "memory");
                 if ((int)(c - target) >= 0) break;
                 if (spins == (1u << 22)) __trap();  // seconds: a CTA that never arrives (not resident)
             }
@@ -634,8 +641,15 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         if (threadIdx.x == 0) {
-            __threadfence();
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt + j) : "memory");
+            if (flag != 2) __threadfence();
+            if (flag) {
+                unsigned int old;
+                asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + 2 * j) : "memory");
+                if (old + 1u == epoch * G)
+                    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(cnt + 2 * j + 1), "r"(epoch) : "memory");
+            } else {
+                asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt + 2 * j) : "memory");
+            }
             if (marks) {
                 unsigned long long t;
                 asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -256,24 +256,29 @@ def persist_ops(shapes, k0: int) -> tuple[np.ndarray, int, int]:
 
 
 @twin("persist_probe")
-def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slot, kmax):
+def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slot, kmax, flag):
     """Every op in order (the counters' handover is what makes the GPU's order this one); the
-    counters end one epoch on; no clock (times 0). A counter not at (epoch - 1) * G at launch
-    would hang or race on the GPU, so it is an error here."""
+    counters and flags end one epoch on (flags only under ``flag``); no clock (times 0). A counter
+    not at (epoch - 1) * G or a flag not at epoch - 1 at launch would hang or race on the GPU, so
+    it is an error here."""
     G = grid[0]
     table = mem.view(ops, np.uint32, 5 * nops).reshape(nops, 5).astype(np.int64)
     if (slot % 16 or block[0] % 32 or block[0] < 64 or any(K % 8 or 2 * K > slot or K > kmax for K in table[:, 1])):
         return
     epoch = int(mem.view(step, np.uint32, 1)[0])
-    counters = mem.view(cnt, np.uint32, nops)
-    if nops and not np.all(counters == np.uint32((epoch - 1) * G)):
-        raise RuntimeError(f"persist_probe: counters {counters[:4]}... are not (epoch - 1) * G = {(epoch - 1) * G} "
-                           "at launch (zero them with *step = 1, or bump *step before each launch)")
+    words = mem.view(cnt, np.uint32, 2 * nops).reshape(nops, 2)
+    counters, flags = words[:, 0], words[:, 1]
+    if nops and not (np.all(counters == np.uint32((epoch - 1) * G)) and (not flag or np.all(flags == epoch - 1))):
+        raise RuntimeError(f"persist_probe: counters / flags {words[:2].tolist()}... are not ((epoch - 1) * G, epoch - "
+                           f"1) = ({(epoch - 1) * G}, {epoch - 1}) at launch (zero them with *step = 1, or bump *step "
+                           "before each launch)")
     for N, K, w16, i, o in table:
         W = bf16.to_f32(mem.view(w + 16 * int(w16), np.uint16, int(N) * int(K))).reshape(int(N), int(K))
         x = bf16.to_f32(mem.view(act + 2 * int(i), np.uint16, int(K)))
         mem.view(act + 2 * int(o), np.uint16, int(N))[:] = persist_gemv(W, x)
     counters += np.uint32(G)
+    if flag:
+        flags[:] = epoch
     if marks:
         mem.view(marks, np.uint64, nops * G)[:] = 0
     mem.view(ns, np.uint64, 2 * G)[:] = 0
