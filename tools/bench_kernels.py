@@ -262,7 +262,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     plan.add("ops", (table.size,), "u32")
     plan.add("cnt", (2 * len(shapes),), "u32")
     plan.add("step", (1,), "u32")
-    plan.add("marks", (len(shapes) * G,), "u64")
+    plan.add("marks", (2 * len(shapes) * G,), "u64")
     plan.add("ns", (2 * G,), "u64")
     arena = dev.arena(plan)
     chunk = bf16.from_f32(rng.standard_normal(1 << 22).astype(np.float32) * 0.05)
@@ -290,7 +290,12 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {('count', 'flag', 'flag-nofence')[flag]}"
     if not smoke:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
-        marks = arena.read("marks").astype(np.int64).reshape(len(shapes), G)
+        marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 2, G)
+        passed, marks = marks[:, 0], marks[:, 1]  # [op][cta]: past the handover; arrived after the op
+        # the handover: op j's first CTA past it after op j - 1's last arrival; the work: a CTA's
+        # arrival after its own pass (medians over ops and CTAs)
+        handover = passed[1:].min(axis=1) - marks[:-1].max(axis=1)
+        work = marks - passed
         span = int(ns[:, 1].max() - ns[:, 0].min())
         per = len(GEMV_SHAPES[model])
         ends = marks[per - 1::per].max(axis=1)  # each layer's last arrival
@@ -299,7 +304,9 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         op_us = [float(np.median(np.diff(last)[(p - 1) % per::per])) / 1e3 for p in range(per)] if layers > 1 else []
         out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r, "span_us": span / 1e3,
                     "layer_us_median": float(np.median(layer_ns)) / 1e3 if len(layer_ns) else float("nan"),
-                    "op_us_median": op_us})
+                    "op_us_median": op_us, "handover_ns_median": float(np.median(handover)) if len(handover) else 0.0,
+                    "spread_ns_median": float(np.median(passed[1:].max(axis=1) - passed[1:].min(axis=1))) if len(handover) else 0.0,
+                    "work_us_median": [float(np.median(work[p::per])) / 1e3 for p in range(per)]})
         dev.free(arena.base)
     else:
         out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r})
@@ -679,7 +686,9 @@ def main() -> int:
               f"{r['cta_median_us']:6.2f} us = {r['per_sm_GBps']:5.1f} GB/s per SM")
     for r in (r for r in rows if r["kernel"].startswith("persist")):
         extra = (f"; in-kernel span {r['span_us']:8.1f} us, a layer's last arrival to the next's: median "
-                 f"{r['layer_us_median']:6.2f} us (ops: {' '.join(f'{u:.2f}' for u in r['op_us_median'])})"
+                 f"{r['layer_us_median']:6.2f} us (ops: {' '.join(f'{u:.2f}' for u in r['op_us_median'])}; a CTA's work "
+                 f"after its handover: {' '.join(f'{u:.2f}' for u in r['work_us_median'])}); handover median "
+                 f"{r['handover_ns_median']:.0f} ns, passes spread over {r['spread_ns_median']:.0f} ns"
                  if "span_us" in r else "")
         print(f"{r['kernel']:<13} {r['shape']:<34} {r['us']:8.1f} us a step ({r['fraction'] * 100:3.0f}% of copy){extra}")
     for r in (r for r in rows if r["kernel"] == "hol"):

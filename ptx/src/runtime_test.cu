@@ -511,7 +511,8 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   So cnt ([nops][2] u32) must hold ((epoch - 1) * G, epoch - 1) each at launch: zeros and
 //   *step = 1 for one launch, or a bump of *step before each (handoff_probe's bump mode) over the
 //   words left by the last.
-//   marks (or NULL): marks[j * G + b] = %globaltimer when CTA b arrived after op j; ns[2b],
+//   marks (or NULL): marks[(2j + 1) G + b] = %globaltimer when CTA b arrived after op j, and
+//   marks[2j G + b] = when its compute warps passed op j's handover (op 0: the PDL wait); ns[2b],
 //   ns[2b + 1] = its entry and exit.
 //   Needs every CTA resident at once (the counters are polled; a poll that never completes traps
 //   after seconds rather than hang), slot % 16 == 0 and 2 K <= slot for every op, kmax >= every K;
@@ -602,6 +603,11 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             }
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+        if (marks && threadIdx.x == 0) {
+            unsigned long long t;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            marks[(size_t)2 * j * G + b] = t;
+        }
         const uint4* x4 = reinterpret_cast<const uint4*>(act + in);
         for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
@@ -653,7 +659,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             if (marks) {
                 unsigned long long t;
                 asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                marks[(size_t)j * G + b] = t;
+                marks[(size_t)(2 * j + 1) * G + b] = t;
             }
         }
     }
