@@ -262,7 +262,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     plan.add("ops", (table.size,), "u32")
     plan.add("cnt", (2 * len(shapes),), "u32")
     plan.add("step", (1,), "u32")
-    plan.add("marks", (2 * len(shapes) * G,), "u64")
+    plan.add("marks", (4 * len(shapes) * G,), "u64")
     plan.add("ns", (2 * G,), "u64")
     arena = dev.arena(plan)
     chunk = bf16.from_f32(rng.standard_normal(1 << 22).astype(np.float32) * 0.05)
@@ -290,8 +290,12 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {('count', 'flag', 'flag-nofence')[flag]}"
     if not smoke:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
-        marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 2, G)
-        passed, marks = marks[:, 0], marks[:, 1]  # [op][cta]: past the handover; arrived after the op
+        marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 4, G)
+        # [op][cta]: past the handover, first chunk seen, arrived after the op, first chunk issued
+        passed, ready, issued, marks = marks[:, 0], marks[:, 1], marks[:, 3], marks[:, 2]
+        rows = np.array([[(b + 1) * N // G > b * N // G for b in range(G)] for N, _ in shapes])
+        late = np.where(rows, ready - passed, 0)  # > 0: the op's first chunk landed after the handover
+        ahead = np.where(rows, passed - issued, 0)  # how long before the handover the loader issued it
         # the handover: op j's first CTA past it after op j - 1's last arrival; the work: a CTA's
         # arrival after its own pass (medians over ops and CTAs)
         handover = passed[1:].min(axis=1) - marks[:-1].max(axis=1)
@@ -306,7 +310,9 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
                     "layer_us_median": float(np.median(layer_ns)) / 1e3 if len(layer_ns) else float("nan"),
                     "op_us_median": op_us, "handover_ns_median": float(np.median(handover)) if len(handover) else 0.0,
                     "spread_ns_median": float(np.median(passed[1:].max(axis=1) - passed[1:].min(axis=1))) if len(handover) else 0.0,
-                    "work_us_median": [float(np.median(work[p::per])) / 1e3 for p in range(per)]})
+                    "work_us_median": [float(np.median(work[p::per])) / 1e3 for p in range(per)],
+                    "late_us_median": [float(np.median(late[p::per][rows[p::per]])) / 1e3 for p in range(per)],
+                    "ahead_us_median": [float(np.median(ahead[p::per][rows[p::per]])) / 1e3 for p in range(per)]})
         dev.free(arena.base)
     else:
         out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r})
@@ -688,7 +694,9 @@ def main() -> int:
         extra = (f"; in-kernel span {r['span_us']:8.1f} us, a layer's last arrival to the next's: median "
                  f"{r['layer_us_median']:6.2f} us (ops: {' '.join(f'{u:.2f}' for u in r['op_us_median'])}; a CTA's work "
                  f"after its handover: {' '.join(f'{u:.2f}' for u in r['work_us_median'])}); handover median "
-                 f"{r['handover_ns_median']:.0f} ns, passes spread over {r['spread_ns_median']:.0f} ns"
+                 f"{r['handover_ns_median']:.0f} ns, passes spread over {r['spread_ns_median']:.0f} ns; first chunk "
+                 f"issued {' '.join(f'{u:.2f}' for u in r['ahead_us_median'])} us before the handover, landed "
+                 f"{' '.join(f'{u:.2f}' for u in r['late_us_median'])} us after it"
                  if "span_us" in r else "")
         print(f"{r['kernel']:<13} {r['shape']:<34} {r['us']:8.1f} us a step ({r['fraction'] * 100:3.0f}% of copy){extra}")
     for r in (r for r in rows if r["kernel"] == "hol"):

@@ -511,8 +511,10 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   So cnt ([nops][2] u32) must hold ((epoch - 1) * G, epoch - 1) each at launch: zeros and
 //   *step = 1 for one launch, or a bump of *step before each (handoff_probe's bump mode) over the
 //   words left by the last.
-//   marks (or NULL): marks[(2j + 1) G + b] = %globaltimer when CTA b arrived after op j, and
-//   marks[2j G + b] = when its compute warps passed op j's handover (op 0: the PDL wait); ns[2b],
+//   marks (or NULL): marks[(4j + m) G + b] = %globaltimer when CTA b's compute warps passed op
+//   j's handover (m 0; op 0: the PDL wait), when thread 0 saw the op's first chunk landed (m 1;
+//   never for an op with no rows here), when the CTA arrived after op j (m 2), and when its
+//   loader issued the op's first chunk (m 3); ns[2b],
 //   ns[2b + 1] = its entry and exit.
 //   Needs every CTA resident at once (the counters are polled; a poll that never completes traps
 //   after seconds rather than hang), slot % 16 == 0 and 2 K <= slot for every op, kmax >= every K;
@@ -580,6 +582,11 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                                  ::"r"(ring + s * slot), "l"(src), "r"(bytes), "r"(bar) : "memory");
                     src += bytes;
+                    if (marks && r == r0) {
+                        unsigned long long t;
+                        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                        marks[(size_t)(4 * j + 3) * G + b] = t;
+                    }
                 }
             }
         }
@@ -606,7 +613,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         if (marks && threadIdx.x == 0) {
             unsigned long long t;
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            marks[(size_t)2 * j * G + b] = t;
+            marks[(size_t)4 * j * G + b] = t;
         }
         const uint4* x4 = reinterpret_cast<const uint4*>(act + in);
         for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
@@ -617,6 +624,11 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         for (unsigned int r = r0; r < r1; r += per, ++seq) {
             const unsigned int s = seq % stages, use = seq / stages;
             persist_wait_parity((unsigned int)__cvta_generic_to_shared(&full[s]), use & 1);
+            if (marks && threadIdx.x == 0 && r == r0) {
+                unsigned long long t;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                marks[(size_t)(4 * j + 1) * G + b] = t;
+            }
             const unsigned int rows = min(per, r1 - r);
             const uint4* ws = reinterpret_cast<const uint4*>(persist_smem + xbytes + s * slot);
             for (unsigned int rr = warp; rr < rows; rr += cw) {
@@ -659,7 +671,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             if (marks) {
                 unsigned long long t;
                 asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                marks[(size_t)(2 * j + 1) * G + b] = t;
+                marks[(size_t)(4 * j + 2) * G + b] = t;
             }
         }
     }
