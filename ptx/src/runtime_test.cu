@@ -511,10 +511,11 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   So cnt ([nops][2] u32) must hold ((epoch - 1) * G, epoch - 1) each at launch: zeros and
 //   *step = 1 for one launch, or a bump of *step before each (handoff_probe's bump mode) over the
 //   words left by the last.
-//   marks (or NULL): marks[(4j + m) G + b] = %globaltimer when CTA b's compute warps passed op
+//   marks (or NULL): marks[(5j + m) G + b] = %globaltimer when CTA b's compute warps passed op
 //   j's handover (m 0; op 0: the PDL wait), when thread 0 saw the op's first chunk landed (m 1;
-//   never for an op with no rows here), when the CTA arrived after op j (m 2), and when its
-//   loader issued the op's first chunk (m 3); ns[2b],
+//   never for an op with no rows here), when the CTA arrived after op j (m 2: its add issued),
+//   when its loader issued the op's first chunk (m 3), and when its compute warps had all
+//   finished op j (m 4: the barrier before the arrival's fence); ns[2b],
 //   ns[2b + 1] = its entry and exit.
 //   Needs every CTA resident at once (the counters are polled; a poll that never completes traps
 //   after seconds rather than hang), slot % 16 == 0 and 2 K <= slot for every op, kmax >= every K;
@@ -585,7 +586,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                     if (marks && r == r0) {
                         unsigned long long t;
                         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                        marks[(size_t)(4 * j + 3) * G + b] = t;
+                        marks[(size_t)(5 * j + 3) * G + b] = t;
                     }
                 }
             }
@@ -613,7 +614,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         if (marks && threadIdx.x == 0) {
             unsigned long long t;
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            marks[(size_t)4 * j * G + b] = t;
+            marks[(size_t)5 * j * G + b] = t;
         }
         const uint4* x4 = reinterpret_cast<const uint4*>(act + in);
         for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
@@ -627,7 +628,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             if (marks && threadIdx.x == 0 && r == r0) {
                 unsigned long long t;
                 asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                marks[(size_t)(4 * j + 1) * G + b] = t;
+                marks[(size_t)(5 * j + 1) * G + b] = t;
             }
             const unsigned int rows = min(per, r1 - r);
             const uint4* ws = reinterpret_cast<const uint4*>(persist_smem + xbytes + s * slot);
@@ -659,6 +660,11 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         if (threadIdx.x == 0) {
+            if (marks) {
+                unsigned long long t;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                marks[(size_t)(5 * j + 4) * G + b] = t;
+            }
             if (flag != 2) __threadfence();
             if (flag) {
                 unsigned int old;
@@ -671,7 +677,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             if (marks) {
                 unsigned long long t;
                 asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                marks[(size_t)(4 * j + 2) * G + b] = t;
+                marks[(size_t)(5 * j + 2) * G + b] = t;
             }
         }
     }

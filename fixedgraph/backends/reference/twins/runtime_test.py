@@ -280,5 +280,5 @@ def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slo
     if flag:
         flags[:] = epoch
     if marks:
-        mem.view(marks, np.uint64, 4 * nops * G)[:] = 0
+        mem.view(marks, np.uint64, 5 * nops * G)[:] = 0
     mem.view(ns, np.uint64, 2 * G)[:] = 0
