@@ -27,7 +27,12 @@ the SM's instruction caches (icache_flush ran ~267 KB of code just before) again
 same probe ran just before), per KB: the price of the decode kernels' 20-60 KB of SASS each.
 ``--only handoff``: what one kernel-to-kernel handoff costs as a PDL wait (the predecessor grid
 completed) against a flag its last CTA publishes (successors launched early, polling), over
-chains of 64-396 CTAs a grid that each read what the grid before wrote.
+chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
+[--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
+count flag]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
+launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
+shared-memory stages, ops handed over by global counters) against the decode graph's launches
+of the same shapes, with each op's handover, work and arrival from in-kernel marks.
 """
 from __future__ import annotations
 
