@@ -98,23 +98,31 @@ def add_gemv(prog: Program, kind: str, w: Ref, N: int, K: int, split: int | None
         gemv.gemv_silu(prog, Ref("out"), Ref("gu"), w, None, 1, N, K, split=split)
 
 
+def gemv_operands(dev, shapes, rng):
+    """An arena of filled GEMV operands under add_gemv's names: weights w0, w1, ... of ``shapes``
+    ((N, K) each), and x, h0, h1, gu, nw, out wide enough for the largest of them."""
+    kmax, nmax = max(K for _, K in shapes), max(N for N, _ in shapes)
+    plan = ArenaPlan()
+    for j, (N, K) in enumerate(shapes):
+        plan.add(f"w{j}", (N, K), "bf16")
+    plan.add("x", (1, kmax), "bf16")
+    plan.add("h0", (1, kmax), "f32")
+    plan.add("h1", (1, kmax), "f32")
+    plan.add("gu", (1, 2 * kmax), "bf16")
+    plan.add("nw", (kmax,), "bf16")
+    plan.add("out", (1, nmax), "bf16")
+    arena = dev.arena(plan)
+    for name in plan.regions:
+        fill(arena, name, rng)
+    return arena
+
+
 def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng, splits=(None,)) -> list[dict]:
     """One launch kind on one weight shape, timed for each k split in ``splits`` (None: the
     launcher's choice). kind: plain | rmsnorm | rmsnorm_silu (N = 2I rows) | silu."""
     wbytes = N * K * 2
     c = copies_for(wbytes, smoke)
-    plan = ArenaPlan()
-    for i in range(c):
-        plan.add(f"w{i}", (N, K), "bf16")
-    plan.add("x", (1, K), "bf16")
-    plan.add("h0", (1, K), "f32")
-    plan.add("h1", (1, K), "f32")
-    plan.add("gu", (1, 2 * K), "bf16")
-    plan.add("nw", (K,), "bf16")
-    plan.add("out", (1, N), "bf16")
-    arena = dev.arena(plan)
-    for name in plan.regions:
-        fill(arena, name, rng)
+    arena = gemv_operands(dev, [(N, K)] * c, rng)
     out = []
     for split in splits:
         prog = Program(f"gemv.{kind}.{N}x{K}.s{split}")
@@ -327,19 +335,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     if not graph:
         return out
     # the decode graph's launches of the same shapes, each layer's weights their own
-    nmax = max(N for N, _ in shapes)
-    plan = ArenaPlan()
-    for j, (N, K) in enumerate(shapes):
-        plan.add(f"w{j}", (N, K), "bf16")
-    plan.add("x", (1, kmax), "bf16")
-    plan.add("h0", (1, kmax), "f32")
-    plan.add("h1", (1, kmax), "f32")
-    plan.add("gu", (1, 2 * kmax), "bf16")
-    plan.add("nw", (kmax,), "bf16")
-    plan.add("out", (1, nmax), "bf16")
-    arena = dev.arena(plan)
-    for name in plan.regions:
-        fill(arena, name, rng)
+    arena = gemv_operands(dev, shapes, rng)
     prog = Program(f"persist.graph.{model}.x{layers}")
     kinds = [ks[0] for ks in GEMV_KINDS] if not smoke else ["plain", "plain"]
     for j, (N, K) in enumerate(shapes):
