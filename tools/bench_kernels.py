@@ -29,7 +29,7 @@ same probe ran just before), per KB: the price of the decode kernels' 20-60 KB o
 completed) against a flag its last CTA publishes (successors launched early, polling), over
 chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
 [--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
-count flag]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
+count flag ll]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
 launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
 shared-memory stages, ops handed over by global counters) against the decode graph's launches
 of the same shapes, with each op's handover, work and arrival from in-kernel marks.
@@ -251,13 +251,17 @@ def bench_staging(dev, nbytes: int, smoke: bool, rng, threads: int = 384, varian
     return out
 
 
+PERSIST_HANDOFFS = ("count", "flag", "flag-nofence", "ll")  # persist_probe's flag argument, by index
+
+
 def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
-                  graph: bool = True, flag: int = 1) -> list[dict]:
+                  graph: bool = True, flag: int = 0) -> list[dict]:
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
     handed over by global counters: ``flag`` 1, the last arriver publishes a flag; 2, the same
-    without the arrival's fence; 0, the counter is polled), and the decode graph's own launches of the same shapes (norm
+    without the arrival's fence; 0, the counter is polled; 3, no counter: the outputs' LL words
+    carry the epoch and the next op polls them as its x), and the decode graph's own launches of the same shapes (norm
     + qkv, o_proj, norm + gate_up + SiLU, down: PDL edges). Per step: µs, µs a layer, share of the
     copy bandwidth (the caller adds it; ``graph``: also time the launches); the probe's outputs are checked bit for bit against its
     twin's formula on the first layer's ops and the last op."""
@@ -277,7 +281,9 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     plan.add("step", (1,), "u32")
     plan.add("marks", (5 * len(shapes) * G,), "u64")
     plan.add("ns", (2 * G,), "u64")
+    plan.add("ll", (n_act,), "u64")
     arena = dev.arena(plan)
+    arena.write("ll", np.zeros(n_act, np.uint64))
     chunk = bf16.from_f32(rng.standard_normal(1 << 22).astype(np.float32) * 0.05)
     w = np.resize(chunk, wbytes // 2)
     arena.write("w", w)
@@ -290,7 +296,8 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     prog = Program(f"persist.{model}.x{layers}")
     prog.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
     prog.launch("persist_probe", (G,), (32 * (warps + 1),), [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"),
-                                                             Ref("step"), Ref("marks"), Ref("ns"), slot, kmax, flag],
+                                                             Ref("step"), Ref("marks"), Ref("ns"), slot, kmax, flag,
+                                                             Ref("ll") if flag == 3 else Null()],
                 shared=xbytes + stages * slot)
     r = time_program(dev, prog, arena, 1, smoke, free=False)
     got = arena.read("act")  # bf16 bits
@@ -300,7 +307,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         if not np.array_equal(persist_gemv(W, bf16.to_f32(got[i:i + K])), got[o:o + N]):
             raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
     out = []
-    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {('count', 'flag', 'flag-nofence')[flag]}"
+    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}"
     if not smoke:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
         marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 5, G)
@@ -574,9 +581,9 @@ def main() -> int:
     ap.add_argument("--persist-layers", type=int, default=28, help="persist probe: layers a step")
     ap.add_argument("--persist-warps", type=int, nargs="+", default=[8], help="persist probe: compute warps a CTA")
     ap.add_argument("--persist-slot-kb", type=int, nargs="+", default=[16], help="persist probe: KiB a ring stage")
-    ap.add_argument("--persist-handoff", nargs="+", default=["flag"], choices=("count", "flag", "flag-nofence"),
-                    help="persist probe: ops handed over by a polled counter, a published flag, or a flag "
-                    "whose arrival has no fence before it")
+    ap.add_argument("--persist-handoff", nargs="+", default=["count"], choices=PERSIST_HANDOFFS,
+                    help="persist probe: ops handed over by a polled counter, a published flag, a flag "
+                    "whose arrival has no fence before it, or LL words (value and epoch in one 8-byte store)")
     ap.add_argument("--hol-kb", type=int, nargs="+", default=[0, 16, 32, 64, 96, 128, 192],
                     help="hol probe: KiB of copies in flight per CTA (one CTA per SM)")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
@@ -608,6 +615,7 @@ def main() -> int:
         rows.append(bench_icache(dev, "icache_probe_8k", 2, 32, True, rng, flush_blocks=2))
         rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
         rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng)
+        rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng, graph=False, flag=PERSIST_HANDOFFS.index("ll"))
         rows.append(bench_handoff(dev, 2, "pdl", True, rng, cluster=2, alternate=True, smem=(1024, 2048)))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
@@ -651,7 +659,7 @@ def main() -> int:
             combos = [(w, k, h) for w in args.persist_warps for k in args.persist_slot_kb for h in args.persist_handoff]
             for n, (warps, kb, h) in enumerate(combos):
                 rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0,
-                                      flag=("count", "flag", "flag-nofence").index(h))
+                                      flag=PERSIST_HANDOFFS.index(h))
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)

@@ -508,6 +508,11 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   op j + 1's thread 0 polls that word until it holds epoch (handoff_probe's flag, ~0.2 us);
 //   flag 2: flag 1 without thread 0's fence before its add (the barrier before it and the add's
 //   release order the compute warps' stores: the PTX model's release is cumulative).
+//   flag 3 (LL, NCCL's low-latency protocol): no counter, no fence; each output element is also
+//   stored as one 8-byte word ll[out + n] = epoch << 32 | its bf16 bits (one single-copy-atomic
+//   store carries the value and its flag), and op j > 0 reads its x from those words, each
+//   thread re-reading a word until it holds this epoch, so the handover is the x read itself.
+//   ll (u64, as many words as act; NULL unless flag 3) must hold no word of this epoch at launch.
 //   So cnt ([nops][2] u32) must hold ((epoch - 1) * G, epoch - 1) each at launch: zeros and
 //   *step = 1 for one launch, or a bump of *step before each (handoff_probe's bump mode) over the
 //   words left by the last.
@@ -543,7 +548,8 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                                          const unsigned int* __restrict__ ops, unsigned int nops, unsigned int* cnt,
                                          const unsigned int* step, unsigned long long* marks,
                                          unsigned long long* __restrict__ ns, unsigned int slot,
-                                         unsigned int kmax, unsigned int flag) { FG_KERNEL_BEGIN();
+                                         unsigned int kmax, unsigned int flag,
+                                         unsigned long long* ll) { FG_KERNEL_BEGIN();
     __shared__ __align__(8) unsigned long long full[PERSIST_MAX_STAGES], empty[PERSIST_MAX_STAGES];
     extern __shared__ __align__(16) unsigned char persist_smem[];
     unsigned long long t0;
@@ -600,7 +606,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
     unsigned int seq = 0;
     for (unsigned int j = 0; j < nops; ++j) {
         const unsigned int N = ops[5 * j], K = ops[5 * j + 1], in = ops[5 * j + 3], out = ops[5 * j + 4];
-        if (j > 0 && threadIdx.x == 0) {
+        if (j > 0 && flag != 3 && threadIdx.x == 0) {
             const unsigned int target = flag ? epoch : epoch * G;
             const unsigned int* word = cnt + 2 * (j - 1) + (flag ? 1 : 0);  // flag 1, 2: the published word
             unsigned int c;
@@ -616,8 +622,26 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
             marks[(size_t)5 * j * G + b] = t;
         }
-        const uint4* x4 = reinterpret_cast<const uint4*>(act + in);
-        for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
+        if (flag == 3 && j > 0) {  // LL: each pair of words polled until both carry this epoch
+            for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) {
+                unsigned int v[4];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const unsigned long long* p = ll + in + 8 * i + 2 * q;
+                    unsigned long long a, c;
+                    for (unsigned int spins = 0;; ++spins) {
+                        asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(c) : "l"(p) : "memory");
+                        if ((unsigned int)(a >> 32) == epoch && (unsigned int)(c >> 32) == epoch) break;
+                        if (spins == (1u << 22)) __trap();  // seconds: a word nobody writes
+                    }
+                    v[q] = ((unsigned int)a & 0xFFFFu) | ((unsigned int)c << 16);
+                }
+                xs[i] = make_uint4(v[0], v[1], v[2], v[3]);
+            }
+        } else {
+            const uint4* x4 = reinterpret_cast<const uint4*>(act + in);
+            for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
+        }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         const unsigned int r0 = (unsigned int)((unsigned long long)b * N / G);
         const unsigned int r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
@@ -650,7 +674,11 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                 for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
                 if (lane == 0) {  // bf16, round to nearest even (inputs are finite)
                     const unsigned int u = __float_as_uint(sum);
-                    act[out + r + rr] = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+                    const unsigned short h = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+                    act[out + r + rr] = h;
+                    if (flag == 3)
+                        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(ll + out + r + rr),
+                                     "l"((unsigned long long)epoch << 32 | h) : "memory");
                 }
             }
             __syncwarp();
@@ -665,13 +693,13 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                 asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
                 marks[(size_t)(5 * j + 4) * G + b] = t;
             }
-            if (flag != 2) __threadfence();
-            if (flag) {
+            if (flag == 0 || flag == 1) __threadfence();  // 3 (LL) publishes nothing
+            if (flag == 1 || flag == 2) {
                 unsigned int old;
                 asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + 2 * j) : "memory");
                 if (old + 1u == epoch * G)
                     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(cnt + 2 * j + 1), "r"(epoch) : "memory");
-            } else {
+            } else if (flag == 0) {
                 asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt + 2 * j) : "memory");
             }
             if (marks) {

@@ -201,10 +201,11 @@ def persist_probe_case(rng):
     kmax = max(K for _, K in shapes)
     slot = 16 * -(-2 * kmax * int(rng.integers(1, 4)) // 16) + 16 * int(rng.integers(0, 3))
     stages = int(rng.integers(1, 5))
-    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 3))
+    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 4))
     p = Program("persist_probe")
     args = [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"), Ref("step"),
-            Ref("marks") if rng.integers(0, 2) else Null(), Ref("ns"), slot, kmax, flag]
+            Ref("marks") if rng.integers(0, 2) else Null(), Ref("ns"), slot, kmax, flag,
+            Ref("ll") if flag == 3 else Null()]
     shared = 16 * -(-2 * kmax // 16) + stages * slot
     p.launch("persist_probe", (G,), (32 * (cw + 1),), args, shared=shared)
     if twice:
@@ -217,19 +218,23 @@ def persist_probe_case(rng):
 
     def reference(v):
         a = v["act"].copy()
+        words = v["ll"].copy()
         for (N, K, w16, i, o) in table.astype(np.int64):
             W = v["w"][8 * w16: 8 * w16 + N * K].reshape(N, K)
             y = bf16.to_f32(persist_gemv(W, a[i:i + K]))
             exact = W.astype(np.float64) @ a[i:i + K].astype(np.float64)  # the emulation is a GEMV
             assert np.allclose(y, exact, rtol=2.0 ** -7, atol=1e-4 * np.abs(exact).max()), "persist_gemv is off"
             a[o:o + N] = y
+            if flag == 3:
+                words[o:o + N] = np.uint64(epoch + twice) << np.uint64(32) | bf16.from_f32(y).astype(np.uint64)
         done = epoch + twice
-        return {"act": a, "cnt": np.array([[done * G, done if flag else epoch - 1]] * nops, np.uint32).reshape(-1)}
+        counters = [(epoch - 1) * G, epoch - 1] if flag == 3 else [done * G, done if flag else epoch - 1]
+        return {"act": a, "cnt": np.array([counters] * nops, np.uint32).reshape(-1), "ll": words}
 
     return KernelCase("persist_probe", p, {
         "w": Buffer(w, "bf16"), "act": Buffer(act, "bf16"), "ops": Buffer(table.reshape(-1), "u32"),
         "cnt": Buffer(np.array([[(epoch - 1) * G, epoch - 1]] * nops, np.uint32).reshape(-1), "u32"),
         "step": Buffer(np.array([epoch], np.uint32), "u32"),
-        "marks": poison(5 * nops * G, "u64"), "ns": poison(2 * G, "u64")},
-        {"act": Check(), "cnt": Check()}, reference=reference,
+        "marks": poison(5 * nops * G, "u64"), "ns": poison(2 * G, "u64"), "ll": poison(n_act, "u64")},
+        {"act": Check(), "cnt": Check(), "ll": Check()}, reference=reference,
         notes=f"G {G} warps {cw}+1 shapes {shapes} slot {slot} stages {stages} epoch {epoch} twice {twice} flag {flag}")

@@ -256,11 +256,12 @@ def persist_ops(shapes, k0: int) -> tuple[np.ndarray, int, int]:
 
 
 @twin("persist_probe")
-def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slot, kmax, flag):
+def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slot, kmax, flag, ll):
     """Every op in order (the counters' handover is what makes the GPU's order this one); the
-    counters and flags end one epoch on (flags only under ``flag``); no clock (times 0). A counter
-    not at (epoch - 1) * G or a flag not at epoch - 1 at launch would hang or race on the GPU, so
-    it is an error here."""
+    counters and flags end one epoch on (flags only under ``flag`` 1-2; under 3 the outputs' LL
+    words carry the epoch instead); no clock (times 0). A counter not at (epoch - 1) * G, a flag
+    not at epoch - 1 or an LL word already of this epoch at launch would hang or race on the GPU,
+    so it is an error here."""
     G = grid[0]
     table = mem.view(ops, np.uint32, 5 * nops).reshape(nops, 5).astype(np.int64)
     if (slot % 16 or block[0] % 32 or block[0] < 64 or any(K % 8 or 2 * K > slot or K > kmax for K in table[:, 1])):
@@ -268,16 +269,24 @@ def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slo
     epoch = int(mem.view(step, np.uint32, 1)[0])
     words = mem.view(cnt, np.uint32, 2 * nops).reshape(nops, 2)
     counters, flags = words[:, 0], words[:, 1]
-    if nops and not (np.all(counters == np.uint32((epoch - 1) * G)) and (not flag or np.all(flags == epoch - 1))):
+    if flag == 3:
+        n_ll = int(max(int(o) + int(N) for N, _, _, _, o in table)) if nops else 0
+        if np.any((mem.view(ll, np.uint64, n_ll) >> np.uint64(32)) == np.uint64(epoch)):
+            raise RuntimeError(f"persist_probe: LL words already carry epoch {epoch} at launch (bump *step first)")
+    elif nops and not (np.all(counters == np.uint32((epoch - 1) * G)) and (not flag or np.all(flags == epoch - 1))):
         raise RuntimeError(f"persist_probe: counters / flags {words[:2].tolist()}... are not ((epoch - 1) * G, epoch - "
                            f"1) = ({(epoch - 1) * G}, {epoch - 1}) at launch (zero them with *step = 1, or bump *step "
                            "before each launch)")
     for N, K, w16, i, o in table:
         W = bf16.to_f32(mem.view(w + 16 * int(w16), np.uint16, int(N) * int(K))).reshape(int(N), int(K))
         x = bf16.to_f32(mem.view(act + 2 * int(i), np.uint16, int(K)))
-        mem.view(act + 2 * int(o), np.uint16, int(N))[:] = persist_gemv(W, x)
-    counters += np.uint32(G)
-    if flag:
+        y = persist_gemv(W, x)
+        mem.view(act + 2 * int(o), np.uint16, int(N))[:] = y
+        if flag == 3:
+            mem.view(ll + 8 * int(o), np.uint64, int(N))[:] = np.uint64(epoch) << np.uint64(32) | y.astype(np.uint64)
+    if flag != 3:
+        counters += np.uint32(G)
+    if flag in (1, 2):
         flags[:] = epoch
     if marks:
         mem.view(marks, np.uint64, 5 * nops * G)[:] = 0
