@@ -622,21 +622,30 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
             marks[(size_t)5 * j * G + b] = t;
         }
-        if (flag == 3 && j > 0) {  // LL: each pair of words polled until both carry this epoch
-            for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) {
-                unsigned int v[4];
+        if (flag == 3 && j > 0) {  // LL: pairs of words, four a thread in flight, re-read until all carry the epoch
+            unsigned int* xw = reinterpret_cast<unsigned int*>(persist_smem);
+            for (unsigned int p0 = threadIdx.x; p0 < K / 2; p0 += 4 * nthreads) {
+                unsigned long long a[4], c[4];
+                for (unsigned int spins = 0;; ++spins) {
+                    bool ok = true;
 #pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const unsigned long long* p = ll + in + 8 * i + 2 * q;
-                    unsigned long long a, c;
-                    for (unsigned int spins = 0;; ++spins) {
-                        asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(c) : "l"(p) : "memory");
-                        if ((unsigned int)(a >> 32) == epoch && (unsigned int)(c >> 32) == epoch) break;
-                        if (spins == (1u << 22)) __trap();  // seconds: a word nobody writes
+                    for (int q = 0; q < 4; ++q) {
+                        const unsigned int pq = p0 + q * nthreads;
+                        a[q] = c[q] = (unsigned long long)epoch << 32;
+                        if (pq < K / 2)
+                            asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
+                                         : "=l"(a[q]), "=l"(c[q]) : "l"(ll + in + 2 * pq) : "memory");
                     }
-                    v[q] = ((unsigned int)a & 0xFFFFu) | ((unsigned int)c << 16);
+#pragma unroll
+                    for (int q = 0; q < 4; ++q)
+                        ok = ok && (unsigned int)(a[q] >> 32) == epoch && (unsigned int)(c[q] >> 32) == epoch;
+                    if (ok) break;
+                    if (spins == (1u << 22)) __trap();  // seconds: a word nobody writes
                 }
-                xs[i] = make_uint4(v[0], v[1], v[2], v[3]);
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    if (p0 + q * nthreads < K / 2)
+                        xw[p0 + q * nthreads] = ((unsigned int)a[q] & 0xFFFFu) | ((unsigned int)c[q] << 16);
             }
         } else {
             const uint4* x4 = reinterpret_cast<const uint4*>(act + in);
