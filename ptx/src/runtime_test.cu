@@ -508,14 +508,14 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   op j + 1's thread 0 polls that word until it holds epoch (handoff_probe's flag, ~0.2 us);
 //   flag 2: flag 1 without thread 0's fence before its add (the barrier before it and the add's
 //   release order the compute warps' stores: the PTX model's release is cumulative).
-//   flag 3 (LL, NCCL's low-latency protocol): no counter, no fence; each output element is also
-//   stored as one 8-byte word ll[out + n] = epoch << 32 | its bf16 bits (one single-copy-atomic
-//   store carries the value and its flag), and op j > 0 reads its x from those words, each
-//   thread re-reading a word until it holds this epoch, so the handover is the x read itself.
-//   ll (u64, as many words as act; NULL unless flag 3) must hold no word of this epoch at launch.
 //   So cnt ([nops][2] u32) must hold ((epoch - 1) * G, epoch - 1) each at launch: zeros and
 //   *step = 1 for one launch, or a bump of *step before each (handoff_probe's bump mode) over the
 //   words left by the last.
+//   flag 3 (LL, NCCL's low-latency protocol): no counter, no fence; each output element is also
+//   stored as one 8-byte word ll[out + n] = epoch << 32 | its bf16 bits (one single-copy-atomic
+//   store carries the value and its flag), and op j > 0 reads its x from those words, each
+//   thread re-reading its words until they hold this epoch, so the handover is the x read itself.
+//   ll (u64, as many words as act; NULL unless flag 3) must hold no word of this epoch at launch.
 //   marks (or NULL): marks[(5j + m) G + b] = %globaltimer when CTA b's compute warps passed op
 //   j's handover (m 0; op 0: the PDL wait), when thread 0 saw the op's first chunk landed (m 1;
 //   never for an op with no rows here), when the CTA arrived after op j (m 2: its add issued),
