@@ -259,18 +259,20 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
-    handed over by global counters: ``flag`` 1, the last arriver publishes a flag; 2, the same
-    without the arrival's fence; 0, the counter is polled; 3, no counter: the outputs' LL words
-    carry the epoch and the next op polls them as its x), and the decode graph's own launches of the same shapes (norm
-    + qkv, o_proj, norm + gate_up + SiLU, down: PDL edges). Per step: µs, µs a layer, share of the
-    copy bandwidth (the caller adds it; ``graph``: also time the launches); the probe's outputs are checked bit for bit against its
-    twin's formula on the first layer's ops and the last op."""
+    handed over as PERSIST_HANDOFFS[flag] says: 0, a polled arrival counter; 1, a flag the last
+    arriver publishes; 2, the same without the arrival's fence; 3, no counter: the outputs' LL
+    words carry the epoch and the next op polls them as its x), and, with ``graph``, the decode
+    graph's own launches of the same shapes (norm + qkv, o_proj, norm + gate_up + SiLU, down; PDL
+    edges). Per step: µs, µs a layer, the in-kernel marks' split of each op (the caller adds the
+    share of the copy bandwidth); the probe's outputs are checked bit for bit against its twin's
+    formula on the first layer's ops and the last op."""
     shapes = [(96, 64), (64, 96)] * layers if smoke else GEMV_SHAPES[model] * layers
     G = 2 if smoke else int(dev.properties()["sm_count"])
     kmax = max(K for _, K in shapes)
     slot = max(slot_kb << 10, 16 * -(-2 * kmax // 16))
     xbytes = 16 * -(-2 * kmax // 16)
-    stages = 2 if smoke else min(32, (int(dev.properties().get("max_shared_per_block_optin", 232448)) - 1024 - xbytes) // slot)
+    smem = int(dev.properties().get("max_shared_per_block_optin", 232448)) - 1024  # the static mbarriers' room
+    stages = 2 if smoke else min(32, (smem - xbytes) // slot)
     table, wbytes, n_act = persist_ops(shapes, shapes[0][1])
     wsum = sum(N * K * 2 for N, K in shapes)
     plan = ArenaPlan()
@@ -326,11 +328,14 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         ends = marks[per - 1::per].max(axis=1)  # each layer's last arrival
         layer_ns = np.diff(ends)
         last = marks.max(axis=1)  # each op's last arrival; an op's time: from the op before's
-        op_us = [float(np.median(np.diff(last)[(p - 1) % per::per])) / 1e3 for p in range(per)] if layers > 1 else []
+        op_us = ([float(np.median(np.diff(last)[(p - 1) % per::per])) / 1e3 for p in range(per)]
+                 if layers > 1 else [])
         out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r, "span_us": span / 1e3,
                     "layer_us_median": float(np.median(layer_ns)) / 1e3 if len(layer_ns) else float("nan"),
-                    "op_us_median": op_us, "handover_ns_median": float(np.median(handover)) if len(handover) else 0.0,
-                    "spread_ns_median": float(np.median(passed[1:].max(axis=1) - passed[1:].min(axis=1))) if len(handover) else 0.0,
+                    "op_us_median": op_us,
+                    "handover_ns_median": float(np.median(handover)) if len(handover) else 0.0,
+                    "spread_ns_median": (float(np.median(passed[1:].max(axis=1) - passed[1:].min(axis=1)))
+                                         if len(handover) else 0.0),
                     "work_us_median": [float(np.median(work[p::per])) / 1e3 for p in range(per)],
                     "late_us_median": [float(np.median(late[p::per][rows[p::per]])) / 1e3 for p in range(per)],
                     "ahead_us_median": [float(np.median(ahead[p::per][rows[p::per]])) / 1e3 for p in range(per)],
