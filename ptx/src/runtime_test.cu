@@ -514,7 +514,8 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   flag 3 (LL, NCCL's low-latency protocol): no counter, no fence; each output element is also
 //   stored as one 8-byte word ll[out + n] = epoch << 32 | its bf16 bits (one single-copy-atomic
 //   store carries the value and its flag), and op j > 0 reads its x from those words, each
-//   thread re-reading its words until they hold this epoch, so the handover is the x read itself.
+//   thread re-reading its words (64 ns apart) until they hold this epoch, so the handover is the
+//   x read itself.
 //   ll (u64, as many words as act; NULL unless flag 3) must hold no word of this epoch at launch.
 //   marks (or NULL): marks[(5j + m) G + b] = %globaltimer when CTA b's compute warps passed op
 //   j's handover (m 0; op 0: the PDL wait), when thread 0 saw the op's first chunk landed (m 1;
@@ -641,6 +642,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                         ok = ok && (unsigned int)(a[q] >> 32) == epoch && (unsigned int)(c[q] >> 32) == epoch;
                     if (ok) break;
                     if (spins == (1u << 22)) __trap();  // seconds: a word nobody writes
+                    __nanosleep(64);  // 132 CTAs x 512 threads re-reading 64 bytes each would flood L2
                 }
 #pragma unroll
                 for (int q = 0; q < 4; ++q)
