@@ -545,6 +545,18 @@ __device__ __forceinline__ void persist_fma8(float& acc, uint4 a, uint4 x) {  //
     acc = fmaf(persist_bf16_hi(a.w), persist_bf16_hi(x.w), acc);
 }
 
+__device__ __forceinline__ unsigned long long persist_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// Rows [r0, r1) of an N-row op that CTA b of G owns.
+__device__ __forceinline__ void persist_rows(unsigned int b, unsigned int G, unsigned int N, unsigned int& r0,
+                                             unsigned int& r1) {
+    r0 = (unsigned int)((unsigned long long)b * N / G);
+    r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
+}
+
 extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, unsigned short* act,
                                          const unsigned int* __restrict__ ops, unsigned int nops, unsigned int* cnt,
                                          const unsigned int* step, unsigned long long* marks,
@@ -553,8 +565,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                                          unsigned long long* ll) { FG_KERNEL_BEGIN();
     __shared__ __align__(8) unsigned long long full[PERSIST_MAX_STAGES], empty[PERSIST_MAX_STAGES];
     extern __shared__ __align__(16) unsigned char persist_smem[];
-    unsigned long long t0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const unsigned long long t0 = persist_now();
     unsigned int dyn;
     asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
     const unsigned int xbytes = (2 * kmax + 15) & ~15u;
@@ -577,8 +588,8 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             unsigned int seq = 0;
             for (unsigned int j = 0; j < nops; ++j) {
                 const unsigned int N = ops[5 * j], K = ops[5 * j + 1];
-                const unsigned int r0 = (unsigned int)((unsigned long long)b * N / G);
-                const unsigned int r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
+                unsigned int r0, r1;
+                persist_rows(b, G, N, r0, r1);
                 const unsigned int per = slot / (2 * K);
                 const unsigned char* src = w + 16ull * ops[5 * j + 2] + 2ull * K * r0;
                 for (unsigned int r = r0; r < r1; r += per, ++seq) {
@@ -590,11 +601,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                                  ::"r"(ring + s * slot), "l"(src), "r"(bytes), "r"(bar) : "memory");
                     src += bytes;
-                    if (marks && r == r0) {
-                        unsigned long long t;
-                        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                        marks[(size_t)(5 * j + 3) * G + b] = t;
-                    }
+                    if (marks && r == r0) marks[(size_t)(5 * j + 3) * G + b] = persist_now();
                 }
             }
         }
@@ -618,11 +625,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             }
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
-        if (marks && threadIdx.x == 0) {
-            unsigned long long t;
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            marks[(size_t)5 * j * G + b] = t;
-        }
+        if (marks && threadIdx.x == 0) marks[(size_t)5 * j * G + b] = persist_now();
         if (flag == 3 && j > 0) {  // LL: pairs of words, four a thread in flight, re-read until all carry the epoch
             unsigned int* xw = reinterpret_cast<unsigned int*>(persist_smem);
             for (unsigned int p0 = threadIdx.x; p0 < K / 2; p0 += 4 * nthreads) {
@@ -654,17 +657,13 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
-        const unsigned int r0 = (unsigned int)((unsigned long long)b * N / G);
-        const unsigned int r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
+        unsigned int r0, r1;
+        persist_rows(b, G, N, r0, r1);
         const unsigned int per = slot / (2 * K);
         for (unsigned int r = r0; r < r1; r += per, ++seq) {
             const unsigned int s = seq % stages, use = seq / stages;
             persist_wait_parity((unsigned int)__cvta_generic_to_shared(&full[s]), use & 1);
-            if (marks && threadIdx.x == 0 && r == r0) {
-                unsigned long long t;
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                marks[(size_t)(5 * j + 1) * G + b] = t;
-            }
+            if (marks && threadIdx.x == 0 && r == r0) marks[(size_t)(5 * j + 1) * G + b] = persist_now();
             const unsigned int rows = min(per, r1 - r);
             const uint4* ws = reinterpret_cast<const uint4*>(persist_smem + xbytes + s * slot);
             for (unsigned int rr = warp; rr < rows; rr += cw) {
@@ -699,11 +698,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         if (threadIdx.x == 0) {
-            if (marks) {
-                unsigned long long t;
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                marks[(size_t)(5 * j + 4) * G + b] = t;
-            }
+            if (marks) marks[(size_t)(5 * j + 4) * G + b] = persist_now();
             if (flag == 0 || flag == 1) __threadfence();  // 3 (LL) publishes nothing
             if (flag == 1 || flag == 2) {
                 unsigned int old;
@@ -713,17 +708,11 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             } else if (flag == 0) {
                 asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt + 2 * j) : "memory");
             }
-            if (marks) {
-                unsigned long long t;
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                marks[(size_t)(5 * j + 2) * G + b] = t;
-            }
+            if (marks) marks[(size_t)(5 * j + 2) * G + b] = persist_now();
         }
     }
     if (threadIdx.x == 0) {
-        unsigned long long t1;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
         ns[2 * b] = t0;
-        ns[2 * b + 1] = t1;
+        ns[2 * b + 1] = persist_now();
     }
 }
