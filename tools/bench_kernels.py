@@ -281,7 +281,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     plan.add("ops", (table.size,), "u32")
     plan.add("cnt", (2 * len(shapes),), "u32")
     plan.add("step", (1,), "u32")
-    plan.add("marks", (6 * len(shapes) * G,), "u64")
+    plan.add("marks", (8 * len(shapes) * G,), "u64")
     plan.add("ns", (2 * G,), "u64")
     plan.add("ll", (n_act,), "u64")
     arena = dev.arena(plan)
@@ -312,11 +312,11 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}"
     if not smoke:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
-        marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 6, G)
+        marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 8, G)
         # [op][cta]: past the handover, first chunk seen, arrived after the op, first chunk issued,
         # every compute warp done (before the arrival's fence), thread 0's wait for the chunks (ns)
-        passed, ready, issued, done, waited, marks = (marks[:, 0], marks[:, 1], marks[:, 3], marks[:, 4], marks[:, 5],
-                                                      marks[:, 2])
+        passed, ready, issued, done, waited, row_ns, row_clk, marks = (marks[:, 0], marks[:, 1], marks[:, 3], marks[:, 4],
+                                                                       marks[:, 5], marks[:, 6], marks[:, 7], marks[:, 2])
         rows = np.array([[(b + 1) * N // G > b * N // G for b in range(G)] for N, _ in shapes])
         late = np.where(rows, ready - passed, 0)  # > 0: the op's first chunk landed after the handover
         ahead = np.where(rows, passed - issued, 0)  # how long before the handover the loader issued it
@@ -342,6 +342,8 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
                     "ahead_us_median": [float(np.median(ahead[p::per][rows[p::per]])) / 1e3 for p in range(per)],
                     "rows_us_median": [float(np.median((done - ready)[p::per][rows[p::per]])) / 1e3 for p in range(per)],
                     # of which thread 0 waited for chunks after the first (its first wait is in late_us)
+                    "row_us_median": [float(np.median(row_ns[p::per][rows[p::per]])) / 1e3 for p in range(per)],
+                    "sm_ghz_median": float(np.median(row_clk[rows] / np.maximum(row_ns[rows], 1))),
                     "stream_wait_us_median": [float(np.median(waited[p::per][rows[p::per]])) / 1e3 for p in range(per)],
                     "arrive_us_median": [float(np.median((marks - done)[p::per])) / 1e3 for p in range(per)]})
         dev.free(arena.base)
@@ -718,7 +720,8 @@ def main() -> int:
                  f"issued {' '.join(f'{u:.2f}' for u in r['ahead_us_median'])} us before the handover, landed "
                  f"{' '.join(f'{u:.2f}' for u in r['late_us_median'])} us after it; first chunk to done "
                  f"{' '.join(f'{u:.2f}' for u in r['rows_us_median'])} us (waiting for the later chunks "
-                 f"{' '.join(f'{u:.2f}' for u in r['stream_wait_us_median'])}), the arrival (fence + add) "
+                 f"{' '.join(f'{u:.2f}' for u in r['stream_wait_us_median'])}; thread 0's first row "
+                 f"{' '.join(f'{u:.2f}' for u in r['row_us_median'])} us at {r['sm_ghz_median']:.2f} GHz), the arrival (fence + add) "
                  f"{' '.join(f'{u:.2f}' for u in r['arrive_us_median'])} us"
                  if "span_us" in r else "")
         print(f"{r['kernel']:<13} {r['shape']:<34} {r['us']:8.1f} us a step ({r['fraction'] * 100:3.0f}% of copy){extra}")

@@ -517,12 +517,14 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   thread re-reading its words (64 ns apart) until they hold this epoch, so the handover is the
 //   x read itself.
 //   ll (u64, as many words as act; NULL unless flag 3) must hold no word of this epoch at launch.
-//   marks (or NULL): marks[(6j + m) G + b] = %globaltimer when CTA b's compute warps passed op
+//   marks (or NULL): marks[(8j + m) G + b] = %globaltimer when CTA b's compute warps passed op
 //   j's handover (m 0; op 0: the PDL wait), when thread 0 saw the op's first chunk landed (m 1;
 //   never for an op with no rows here), when the CTA arrived after op j (m 2: its add issued),
 //   when its loader issued the op's first chunk (m 3), and when its compute warps had all
 //   finished op j (m 4: the barrier before the arrival's fence), and how long (ns, a duration) its
-//   thread 0 waited in all for the op's chunks after the first to land (m 5); ns[2b],
+//   thread 0 waited in all for the op's chunks after the first to land (m 5), and how long its
+//   first row took thread 0 from the first chunk seen to its row's store, in ns (m 6) and in SM
+//   clock cycles (m 7; their ratio is the SM's clock); ns[2b],
 //   ns[2b + 1] = its entry and exit.
 //   Needs every CTA resident at once (the counters are polled; a poll that never completes traps
 //   after seconds rather than hang), slot % 16 == 0 and 2 K <= slot for every op, kmax >= every K;
@@ -602,7 +604,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                                  ::"r"(ring + s * slot), "l"(src), "r"(bytes), "r"(bar) : "memory");
                     src += bytes;
-                    if (marks && r == r0) marks[(size_t)(6 * j + 3) * G + b] = persist_now();
+                    if (marks && r == r0) marks[(size_t)(8 * j + 3) * G + b] = persist_now();
                 }
             }
         }
@@ -626,7 +628,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             }
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
-        if (marks && threadIdx.x == 0) marks[(size_t)6 * j * G + b] = persist_now();
+        if (marks && threadIdx.x == 0) marks[(size_t)8 * j * G + b] = persist_now();
         if (flag == 3 && j > 0) {  // LL: pairs of words, four a thread in flight, re-read until all carry the epoch
             unsigned int* xw = reinterpret_cast<unsigned int*>(persist_smem);
             for (unsigned int p0 = threadIdx.x; p0 < K / 2; p0 += 4 * nthreads) {
@@ -661,18 +663,20 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         unsigned int r0, r1;
         persist_rows(b, G, N, r0, r1);
         const unsigned int per = slot / (2 * K);
-        unsigned long long waited = 0;  // thread 0's time waiting for the chunks after the first (marks only)
+        unsigned long long waited = 0, row_ns = 0, row_clk = 0;  // thread 0's waits after the first chunk, its first row
         for (unsigned int r = r0; r < r1; r += per, ++seq) {
             const unsigned int s = seq % stages, use = seq / stages;
             const unsigned long long tw = marks && threadIdx.x == 0 ? persist_now() : 0;
             persist_wait_parity((unsigned int)__cvta_generic_to_shared(&full[s]), use & 1);
             if (marks && threadIdx.x == 0) {
                 const unsigned long long tl = persist_now();
-                if (r == r0) marks[(size_t)(6 * j + 1) * G + b] = tl;
+                if (r == r0) marks[(size_t)(8 * j + 1) * G + b] = tl;
                 else waited += tl - tw;
             }
             const unsigned int rows = min(per, r1 - r);
             const uint4* ws = reinterpret_cast<const uint4*>(persist_smem + xbytes + s * slot);
+            const unsigned long long rn = marks && threadIdx.x == 0 && r == r0 ? persist_now() : 0;
+            const unsigned long long rc = marks && threadIdx.x == 0 && r == r0 ? clock64() : 0;
             for (unsigned int rr = warp; rr < rows; rr += cw) {
                 const uint4* row = ws + rr * (K / 8);
                 float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -696,6 +700,10 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                     if (flag == 3)
                         asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(ll + out + r + rr),
                                      "l"((unsigned long long)epoch << 32 | h) : "memory");
+                    if (marks && threadIdx.x == 0 && r == r0 && rr == warp) {
+                        row_clk = clock64() - rc;
+                        row_ns = persist_now() - rn;
+                    }
                 }
             }
             __syncwarp();
@@ -706,8 +714,10 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         if (threadIdx.x == 0) {
             if (marks) {
-                marks[(size_t)(6 * j + 4) * G + b] = persist_now();
-                marks[(size_t)(6 * j + 5) * G + b] = waited;
+                marks[(size_t)(8 * j + 4) * G + b] = persist_now();
+                marks[(size_t)(8 * j + 5) * G + b] = waited;
+                marks[(size_t)(8 * j + 6) * G + b] = row_ns;
+                marks[(size_t)(8 * j + 7) * G + b] = row_clk;
             }
             if (flag == 0 || flag == 1) __threadfence();  // 3 (LL) publishes nothing
             if (flag == 1 || flag == 2) {
@@ -718,7 +728,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             } else if (flag == 0) {
                 asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt + 2 * j) : "memory");
             }
-            if (marks) marks[(size_t)(6 * j + 2) * G + b] = persist_now();
+            if (marks) marks[(size_t)(8 * j + 2) * G + b] = persist_now();
         }
     }
     if (threadIdx.x == 0) {

@@ -235,6 +235,6 @@ def persist_probe_case(rng):
         "w": Buffer(w, "bf16"), "act": Buffer(act, "bf16"), "ops": Buffer(table.reshape(-1), "u32"),
         "cnt": Buffer(np.array([[(epoch - 1) * G, epoch - 1]] * nops, np.uint32).reshape(-1), "u32"),
         "step": Buffer(np.array([epoch], np.uint32), "u32"),
-        "marks": poison(6 * nops * G, "u64"), "ns": poison(2 * G, "u64"), "ll": poison(n_act, "u64")},
+        "marks": poison(8 * nops * G, "u64"), "ns": poison(2 * G, "u64"), "ll": poison(n_act, "u64")},
         {"act": Check(), "cnt": Check(), "ll": Check()}, reference=reference,
         notes=f"G {G} warps {cw}+1 shapes {shapes} slot {slot} stages {stages} epoch {epoch} twice {twice} flag {flag}")

@@ -289,5 +289,5 @@ def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slo
     if flag in (1, 2):
         flags[:] = epoch
     if marks:
-        mem.view(marks, np.uint64, 6 * nops * G)[:] = 0
+        mem.view(marks, np.uint64, 8 * nops * G)[:] = 0
     mem.view(ns, np.uint64, 2 * G)[:] = 0
