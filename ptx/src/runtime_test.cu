@@ -495,12 +495,15 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   its j-th 16-byte unit i = l + 32 j goes to chain j % 4, which adds W[n, 8i + e] * x[8i + e]
 //   by fma for e = 0..7 in that order; the lane's sum is (c0 + c1) + (c2 + c3), the lanes are
 //   summed by a shfl_xor tree (16, 8, 4, 2, 1), and lane 0 stores the bf16 (round to nearest).
-//   Warps: blockDim / 32 - 1 compute warps (>= 1) and the last one, whose lane 0 streams the
+//   Warps (at most 16: launch bounds of 512 threads, so the registers x needs fit): blockDim / 32 -
+//   1 compute warps (>= 1) and the last one, whose lane 0 streams the
 //   CTA's rows of every op, in op order, in chunks of whole rows of at most `slot` bytes, into
 //   (dynamic shared memory - 2 kmax bytes) / slot stages (at most PERSIST_MAX_STAGES) by
 //   cp.async.bulk; a stage is refilled once every compute warp has released it. The first 2 kmax
 //   bytes of dynamic shared memory hold the op's x. The loader starts before the PDL wait
 //   (weights are constants); the compute warps wait, then read epoch = *step.
+//   flag & 3 picks the handover, flag & 4 keeps each lane's x units in registers through an op
+//   (ops with K <= 256 PERSIST_XREG; otherwise every row re-reads x from shared memory).
 //   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
 //   1 to the arrival counter cnt[2j]. flag 0: op j + 1's thread 0 polls that counter (acquire)
 //   until it reaches epoch * G (132 pollers on the line the arrivals serialise on); flag 1: the
@@ -530,6 +533,7 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   after seconds rather than hang), slot % 16 == 0 and 2 K <= slot for every op, kmax >= every K;
 //   otherwise (stages < 1 or > PERSIST_MAX_STAGES) every CTA returns at once.
 #define PERSIST_MAX_STAGES 32
+#define PERSIST_XREG 12  // flag & 4: x units a lane keeps in registers
 __device__ __forceinline__ void persist_wait_parity(unsigned int bar, unsigned int parity) {
     asm volatile("{\n .reg .pred p;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
                  " @!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
@@ -560,7 +564,7 @@ __device__ __forceinline__ void persist_rows(unsigned int b, unsigned int G, uns
     r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
 }
 
-extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, unsigned short* act,
+extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned char* __restrict__ w, unsigned short* act,
                                          const unsigned int* __restrict__ ops, unsigned int nops, unsigned int* cnt,
                                          const unsigned int* step, unsigned long long* marks,
                                          unsigned long long* __restrict__ ns, unsigned int slot,
@@ -611,15 +615,15 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         return;
     }
     FG_PDL_WAIT();
-    const unsigned int epoch = __ldcg(step);
+    const unsigned int epoch = __ldcg(step), hand = flag & 3;
     const unsigned int nthreads = 32 * cw;
     uint4* xs = reinterpret_cast<uint4*>(persist_smem);
     unsigned int seq = 0;
     for (unsigned int j = 0; j < nops; ++j) {
         const unsigned int N = ops[5 * j], K = ops[5 * j + 1], in = ops[5 * j + 3], out = ops[5 * j + 4];
-        if (j > 0 && flag != 3 && threadIdx.x == 0) {
-            const unsigned int target = flag ? epoch : epoch * G;
-            const unsigned int* word = cnt + 2 * (j - 1) + (flag ? 1 : 0);  // flag 1, 2: the published word
+        if (j > 0 && hand != 3 && threadIdx.x == 0) {
+            const unsigned int target = hand ? epoch : epoch * G;
+            const unsigned int* word = cnt + 2 * (j - 1) + (hand ? 1 : 0);  // flag 1, 2: the published word
             unsigned int c;
             for (unsigned int spins = 0;; ++spins) {
                 asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(word) : "memory");
@@ -629,7 +633,7 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         if (marks && threadIdx.x == 0) marks[(size_t)8 * j * G + b] = persist_now();
-        if (flag == 3 && j > 0) {  // LL: pairs of words, four a thread in flight, re-read until all carry the epoch
+        if (hand == 3 && j > 0) {  // LL: pairs of words, four a thread in flight, re-read until all carry the epoch
             unsigned int* xw = reinterpret_cast<unsigned int*>(persist_smem);
             for (unsigned int p0 = threadIdx.x; p0 < K / 2; p0 += 4 * nthreads) {
                 unsigned long long a[4], c[4];
@@ -660,6 +664,13 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+        // flag & 4: a lane's x units in registers for the whole op (K <= 8 * 32 * PERSIST_XREG), so
+        // the rows read only their weights from shared memory (the same sums in the same order)
+        const bool xreg = (flag & 4) && K <= 256 * PERSIST_XREG;
+        uint4 xr[PERSIST_XREG];
+#pragma unroll
+        for (int u = 0; u < PERSIST_XREG; ++u)
+            xr[u] = xreg && lane + 32 * u < K / 8 ? xs[lane + 32 * u] : make_uint4(0, 0, 0, 0);
         unsigned int r0, r1;
         persist_rows(b, G, N, r0, r1);
         const unsigned int per = slot / (2 * K);
@@ -680,24 +691,30 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
             for (unsigned int rr = warp; rr < rows; rr += cw) {
                 const uint4* row = ws + rr * (K / 8);
                 float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                unsigned int i = lane;
-                for (; i + 96 < K / 8; i += 128) {  // four 16-byte units a lane in flight, one chain each
-                    uint4 a[4], x[4];
+                if (xreg) {  // unit u (lane + 32 u) to chain u % 4, as below
 #pragma unroll
-                    for (int u = 0; u < 4; ++u) a[u] = row[i + 32 * u], x[u] = xs[i + 32 * u];
+                    for (int u = 0; u < PERSIST_XREG; ++u)
+                        if (lane + 32 * u < K / 8) persist_fma8(acc[u % 4], row[lane + 32 * u], xr[u]);
+                } else {
+                    unsigned int i = lane;
+                    for (; i + 96 < K / 8; i += 128) {  // four 16-byte units a lane in flight, one chain each
+                        uint4 a[4], x[4];
 #pragma unroll
-                    for (int u = 0; u < 4; ++u) persist_fma8(acc[u], a[u], x[u]);
+                        for (int u = 0; u < 4; ++u) a[u] = row[i + 32 * u], x[u] = xs[i + 32 * u];
+#pragma unroll
+                        for (int u = 0; u < 4; ++u) persist_fma8(acc[u], a[u], x[u]);
+                    }
+#pragma unroll
+                    for (int u = 0; u < 3; ++u)  // the last 0-3 units: chains 0, 1, 2 in turn
+                        if (i + 32 * u < K / 8) persist_fma8(acc[u], row[i + 32 * u], xs[i + 32 * u]);
                 }
-#pragma unroll
-                for (int u = 0; u < 3; ++u)  // the last 0-3 units: chains 0, 1, 2 in turn
-                    if (i + 32 * u < K / 8) persist_fma8(acc[u], row[i + 32 * u], xs[i + 32 * u]);
                 float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
                 for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
                 if (lane == 0) {  // bf16, round to nearest even (inputs are finite)
                     const unsigned int u = __float_as_uint(sum);
                     const unsigned short h = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
                     act[out + r + rr] = h;
-                    if (flag == 3)
+                    if (hand == 3)
                         asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(ll + out + r + rr),
                                      "l"((unsigned long long)epoch << 32 | h) : "memory");
                     if (marks && threadIdx.x == 0 && r == r0 && rr == warp) {
@@ -719,13 +736,13 @@ extern "C" __global__ void persist_probe(const unsigned char* __restrict__ w, un
                 marks[(size_t)(8 * j + 6) * G + b] = row_ns;
                 marks[(size_t)(8 * j + 7) * G + b] = row_clk;
             }
-            if (flag == 0 || flag == 1) __threadfence();  // 3 (LL) publishes nothing
-            if (flag == 1 || flag == 2) {
+            if (hand == 0 || hand == 1) __threadfence();  // 3 (LL) publishes nothing
+            if (hand == 1 || hand == 2) {
                 unsigned int old;
                 asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + 2 * j) : "memory");
                 if (old + 1u == epoch * G)
                     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(cnt + 2 * j + 1), "r"(epoch) : "memory");
-            } else if (flag == 0) {
+            } else if (hand == 0) {
                 asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt + 2 * j) : "memory");
             }
             if (marks) marks[(size_t)(8 * j + 2) * G + b] = persist_now();

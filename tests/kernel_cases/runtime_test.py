@@ -201,11 +201,11 @@ def persist_probe_case(rng):
     kmax = max(K for _, K in shapes)
     slot = 16 * -(-2 * kmax * int(rng.integers(1, 4)) // 16) + 16 * int(rng.integers(0, 3))
     stages = int(rng.integers(1, 5))
-    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 4))
+    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 8))  # | 4: x in registers
     p = Program("persist_probe")
     args = [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"), Ref("step"),
             Ref("marks") if rng.integers(0, 2) else Null(), Ref("ns"), slot, kmax, flag,
-            Ref("ll") if flag == 3 else Null()]
+            Ref("ll") if flag & 3 == 3 else Null()]
     shared = 16 * -(-2 * kmax // 16) + stages * slot
     p.launch("persist_probe", (G,), (32 * (cw + 1),), args, shared=shared)
     if twice:
@@ -225,10 +225,10 @@ def persist_probe_case(rng):
             exact = W.astype(np.float64) @ a[i:i + K].astype(np.float64)  # the emulation is a GEMV
             assert np.allclose(y, exact, rtol=2.0 ** -7, atol=1e-4 * np.abs(exact).max()), "persist_gemv is off"
             a[o:o + N] = y
-            if flag == 3:
+            if flag & 3 == 3:
                 words[o:o + N] = np.uint64(epoch + twice) << np.uint64(32) | bf16.from_f32(y).astype(np.uint64)
         done = epoch + twice
-        counters = [(epoch - 1) * G, epoch - 1] if flag == 3 else [done * G, done if flag else epoch - 1]
+        counters = ([(epoch - 1) * G, epoch - 1] if flag & 3 == 3 else [done * G, done if flag & 3 else epoch - 1])
         return {"act": a, "cnt": np.array([counters] * nops, np.uint32).reshape(-1), "ll": words}
 
     return KernelCase("persist_probe", p, {

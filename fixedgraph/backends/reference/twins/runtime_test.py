@@ -258,8 +258,8 @@ def persist_ops(shapes, k0: int) -> tuple[np.ndarray, int, int]:
 @twin("persist_probe")
 def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slot, kmax, flag, ll):
     """Every op in order (the counters' handover is what makes the GPU's order this one); the
-    counters and flags end one epoch on (flags only under ``flag`` 1-2; under 3 the outputs' LL
-    words carry the epoch instead); no clock (times 0). A counter not at (epoch - 1) * G, a flag
+    counters and flags end one epoch on (flags only under handover (``flag & 3``) 1-2; under 3 the
+    outputs' LL words carry the epoch instead; ``flag & 4``, x in registers, sums the same); no clock (times 0). A counter not at (epoch - 1) * G, a flag
     not at epoch - 1 or an LL word already of this epoch at launch would hang or race on the GPU,
     so it is an error here."""
     G = grid[0]
@@ -269,6 +269,7 @@ def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slo
     epoch = int(mem.view(step, np.uint32, 1)[0])
     words = mem.view(cnt, np.uint32, 2 * nops).reshape(nops, 2)
     counters, flags = words[:, 0], words[:, 1]
+    flag &= 3
     if flag == 3:
         n_ll = int(max(int(o) + int(N) for N, _, _, _, o in table)) if nops else 0
         if np.any((mem.view(ll, np.uint64, n_ll) >> np.uint64(32)) == np.uint64(epoch)):
