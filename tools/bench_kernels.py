@@ -29,7 +29,7 @@ same probe ran just before), per KB: the price of the decode kernels' 20-60 KB o
 completed) against a flag its last CTA publishes (successors launched early, polling), over
 chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
 [--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
-count flag ll] [--persist-xreg 0 1]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
+count flag ll] [--persist-xreg 0 1] [--persist-mma 0 1]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
 launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
 shared-memory stages, ops handed over by global counters) against the decode graph's launches
 of the same shapes, with each op's handover, work and arrival from in-kernel marks.
@@ -255,14 +255,15 @@ PERSIST_HANDOFFS = ("count", "flag", "flag-nofence", "ll")  # persist_probe's fl
 
 
 def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
-                  graph: bool = True, flag: int = 0, xreg: bool = False) -> list[dict]:
+                  graph: bool = True, flag: int = 0, xreg: bool = False, mma: bool = False) -> list[dict]:
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
     handed over as PERSIST_HANDOFFS[flag] says: 0, a polled arrival counter; 1, a flag the last
     arriver publishes; 2, the same without the arrival's fence; 3, no counter: the outputs' LL
     words carry the epoch and the next op polls them as its x; ``xreg``: each lane keeps its x
-    units in registers through an op), and, with ``graph``, the decode
+    units in registers through an op; ``mma``: rows on tensor cores, a warp per 16-row tile and k
+    slice), and, with ``graph``, the decode
     graph's own launches of the same shapes (norm + qkv, o_proj, norm + gate_up + SiLU, down; PDL
     edges). Per step: µs, µs a layer, the in-kernel marks' split of each op (the caller adds the
     share of the copy bandwidth); the probe's outputs are checked bit for bit against its twin's
@@ -272,7 +273,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     kmax = max(K for _, K in shapes)
     slot = max(slot_kb << 10, 16 * -(-2 * kmax // 16))
     xbytes = 16 * -(-2 * kmax // 16)
-    smem = int(dev.properties().get("max_shared_per_block_optin", 232448)) - 1024  # the static mbarriers' room
+    smem = int(dev.properties().get("max_shared_per_block_optin", 232448)) - 3072  # static: mbarriers, mma partials
     stages = 2 if smoke else min(32, (smem - xbytes) // slot)
     table, wbytes, n_act = persist_ops(shapes, shapes[0][1])
     wsum = sum(N * K * 2 for N, K in shapes)
@@ -299,7 +300,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     prog = Program(f"persist.{model}.x{layers}")
     prog.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
     prog.launch("persist_probe", (G,), (32 * (warps + 1),), [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"),
-                                                             Ref("step"), Ref("marks"), Ref("ns"), slot, kmax, flag | 4 * xreg,
+                                                             Ref("step"), Ref("marks"), Ref("ns"), slot, kmax, flag | 4 * xreg | 8 * mma,
                                                              Ref("ll") if flag == 3 else Null()],
                 shared=xbytes + stages * slot)
     r = time_program(dev, prog, arena, 1, smoke, free=False)
@@ -307,10 +308,16 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     for j in list(range(min(4, len(shapes)))) + [len(shapes) - 1]:
         N, K, w16, i, o = (int(v) for v in table[j])
         W = bf16.to_f32(w[8 * w16: 8 * w16 + N * K]).reshape(N, K)
-        if not np.array_equal(persist_gemv(W, bf16.to_f32(got[i:i + K])), got[o:o + N]):
+        want = persist_gemv(W, bf16.to_f32(got[i:i + K]))
+        if mma:  # the mma's summation order: a bf16 rounding apart at most
+            ok = np.allclose(bf16.to_f32(got[o:o + N]), bf16.to_f32(want), rtol=2.0 ** -7,
+                             atol=1e-3 * float(np.abs(bf16.to_f32(want)).max()))
+        else:
+            ok = np.array_equal(want, got[o:o + N])
+        if not ok:
             raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
     out = []
-    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' xreg' * xreg}"
+    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' xreg' * xreg}{' mma' * mma}"
     if not smoke:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
         marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 8, G)
@@ -594,6 +601,8 @@ def main() -> int:
     ap.add_argument("--persist-slot-kb", type=int, nargs="+", default=[16], help="persist probe: KiB a ring stage")
     ap.add_argument("--persist-xreg", type=int, nargs="+", default=[0], choices=(0, 1),
                     help="persist probe: 1 keeps each lane's x units in registers through an op")
+    ap.add_argument("--persist-mma", type=int, nargs="+", default=[0], choices=(0, 1),
+                    help="persist probe: 1 computes the rows on tensor cores (mma m16n8k16)")
     ap.add_argument("--persist-handoff", nargs="+", default=["count"], choices=PERSIST_HANDOFFS,
                     help="persist probe: ops handed over by a polled counter, a published flag, a flag "
                     "whose arrival has no fence before it, or LL words (value and epoch in one 8-byte store)")
@@ -628,7 +637,8 @@ def main() -> int:
         rows.append(bench_icache(dev, "icache_probe_8k", 2, 32, True, rng, flush_blocks=2))
         rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
         rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng)
-        rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng, graph=False, flag=PERSIST_HANDOFFS.index("ll"), xreg=True)
+        rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng, graph=False, flag=PERSIST_HANDOFFS.index("ll"), xreg=True,
+                              mma=True)
         rows.append(bench_handoff(dev, 2, "pdl", True, rng, cluster=2, alternate=True, smem=(1024, 2048)))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
@@ -669,11 +679,11 @@ def main() -> int:
                                      flush_blocks=blocks))
     if "persist" in only:
         for model in args.persist_model:
-            combos = [(w, k, h, x) for w in args.persist_warps for k in args.persist_slot_kb for h in args.persist_handoff
-                      for x in args.persist_xreg]
-            for n, (warps, kb, h, x) in enumerate(combos):
+            combos = [(w, k, h, x, m) for w in args.persist_warps for k in args.persist_slot_kb
+                      for h in args.persist_handoff for x in args.persist_xreg for m in args.persist_mma]
+            for n, (warps, kb, h, x, m) in enumerate(combos):
                 rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0,
-                                      flag=PERSIST_HANDOFFS.index(h), xreg=bool(x))
+                                      flag=PERSIST_HANDOFFS.index(h), xreg=bool(x), mma=bool(m))
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)

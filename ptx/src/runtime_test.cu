@@ -2,6 +2,7 @@
 // reductions, a deliberate fault). The runtime tests and `fixedgraph doctor` launch them.
 #include <stdint.h>
 #include "pdl.cuh"
+#include "gemm.cuh"
 
 // dst[i] = src[i] for i < n.  dst, src: [n] f32.  Grid-stride, any grid.
 extern "C" __global__ void copy_f32(float* __restrict__ dst, const float* __restrict__ src,
@@ -503,7 +504,11 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   bytes of dynamic shared memory hold the op's x. The loader starts before the PDL wait
 //   (weights are constants); the compute warps wait, then read epoch = *step.
 //   flag & 3 picks the handover, flag & 4 keeps each lane's x units in registers through an op
-//   (ops with K <= 256 PERSIST_XREG; otherwise every row re-reads x from shared memory).
+//   (ops with K <= 256 PERSIST_XREG; otherwise every row re-reads x from shared memory), and
+//   flag & 8 computes the rows on tensor cores instead (mma m16n8k16, as gemv.cu: a warp per
+//   16-row tile and k slice, every 16 x 32 block of a slice in turn, the slices' sums added in
+//   slice order through shared memory): float32 products and sums in the mma's own order, so
+//   not bit for bit the chains above (and flag & 4 is moot).
 //   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
 //   1 to the arrival counter cnt[2j]. flag 0: op j + 1's thread 0 polls that counter (acquire)
 //   until it reaches epoch * G (132 pollers on the line the arrivals serialise on); flag 1: the
@@ -564,6 +569,17 @@ __device__ __forceinline__ void persist_rows(unsigned int b, unsigned int G, uns
     r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
 }
 
+// act[i] = bf16(v) (round to nearest even; v finite), and under the LL handover also its 8-byte word.
+__device__ __forceinline__ void persist_store(unsigned short* act, unsigned long long* ll, unsigned int hand,
+                                              unsigned int epoch, unsigned int i, float v) {
+    const unsigned int u = __float_as_uint(v);
+    const unsigned short h = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    act[i] = h;
+    if (hand == 3)
+        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(ll + i), "l"((unsigned long long)epoch << 32 | h)
+                     : "memory");
+}
+
 extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned char* __restrict__ w, unsigned short* act,
                                          const unsigned int* __restrict__ ops, unsigned int nops, unsigned int* cnt,
                                          const unsigned int* step, unsigned long long* marks,
@@ -571,6 +587,7 @@ extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned c
                                          unsigned int kmax, unsigned int flag,
                                          unsigned long long* ll) { FG_KERNEL_BEGIN();
     __shared__ __align__(8) unsigned long long full[PERSIST_MAX_STAGES], empty[PERSIST_MAX_STAGES];
+    __shared__ float persist_red[2][16 * 16];  // flag & 8: k slices' partial sums, a buffer per chunk parity
     extern __shared__ __align__(16) unsigned char persist_smem[];
     const unsigned long long t0 = persist_now();
     unsigned int dyn;
@@ -618,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned c
     const unsigned int epoch = __ldcg(step), hand = flag & 3;
     const unsigned int nthreads = 32 * cw;
     uint4* xs = reinterpret_cast<uint4*>(persist_smem);
-    unsigned int seq = 0;
+    unsigned int seq = 0, nred = 0;
     for (unsigned int j = 0; j < nops; ++j) {
         const unsigned int N = ops[5 * j], K = ops[5 * j + 1], in = ops[5 * j + 3], out = ops[5 * j + 4];
         if (j > 0 && hand != 3 && threadIdx.x == 0) {
@@ -688,6 +705,52 @@ extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned c
             const uint4* ws = reinterpret_cast<const uint4*>(persist_smem + xbytes + s * slot);
             const unsigned long long rn = marks && threadIdx.x == 0 && r == r0 ? persist_now() : 0;
             const unsigned long long rc = marks && threadIdx.x == 0 && r == r0 ? clock64() : 0;
+            if (flag & 8) {  // tensor cores: warps of (16-row tile, k slice), slices summed through shared memory
+                const unsigned int T = (rows + 15) / 16, S = T >= cw ? 1 : cw / T, g = lane / 4, t = lane % 4;
+                const unsigned int KB = (K + 31) / 32;
+                float* red = persist_red[nred & 1];  // alternate between chunks that reduce: a barrier each
+                for (unsigned int tile = warp / S; tile < T && warp < S * (cw / S); tile += cw / S) {
+                    const unsigned int ra = 16 * tile + g, rb = ra + 8;
+                    const uint4* wa = ws + ra * (K / 8);
+                    const uint4* wb = ws + rb * (K / 8);
+                    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    for (unsigned int kb = warp % S; kb < KB; kb += S) {
+                        const unsigned int u = 4 * kb + t;
+                        const bool ok = u < K / 8;
+                        const uint4 z = make_uint4(0, 0, 0, 0);
+                        const uint4 a0 = ok && ra < rows ? wa[u] : z, a1 = ok && rb < rows ? wb[u] : z;
+                        const uint4 xv = ok ? xs[u] : z;
+                        mma_bf16_16816(acc, a0.x, a1.x, a0.y, a1.y, xv.x, xv.y);
+                        mma_bf16_16816(acc, a0.z, a1.z, a0.w, a1.w, xv.z, xv.w);
+                    }
+                    if (t == 0) {  // every column of D is the same sum: column 0 (lanes t = 0) holds rows g, g + 8
+                        if (S == 1) {
+                            if (ra < rows) persist_store(act, ll, hand, epoch, out + r + ra, acc[0]);
+                            if (rb < rows) persist_store(act, ll, hand, epoch, out + r + rb, acc[2]);
+                        } else {
+                            red[16 * (T * (warp % S) + tile) + g] = acc[0];
+                            red[16 * (T * (warp % S) + tile) + g + 8] = acc[2];
+                        }
+                    }
+                    if (marks && threadIdx.x == 0 && r == r0 && tile == warp / S) {
+                        row_clk = clock64() - rc;
+                        row_ns = persist_now() - rn;
+                    }
+                }
+                if (S > 1) {
+                    ++nred;
+                    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");  // partials in, the stage read
+                    if (lane == 0)
+                        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
+                                     ::"r"((unsigned int)__cvta_generic_to_shared(&empty[s])) : "memory");
+                    for (unsigned int q = threadIdx.x; q < rows; q += nthreads) {  // slices in order
+                        float sum = red[q];
+                        for (unsigned int sl = 1; sl < S; ++sl) sum += red[16 * T * sl + q];
+                        persist_store(act, ll, hand, epoch, out + r + q, sum);
+                    }
+                    continue;
+                }
+            } else
             for (unsigned int rr = warp; rr < rows; rr += cw) {
                 const uint4* row = ws + rr * (K / 8);
                 float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -710,13 +773,8 @@ extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned c
                 }
                 float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
                 for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-                if (lane == 0) {  // bf16, round to nearest even (inputs are finite)
-                    const unsigned int u = __float_as_uint(sum);
-                    const unsigned short h = (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-                    act[out + r + rr] = h;
-                    if (hand == 3)
-                        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(ll + out + r + rr),
-                                     "l"((unsigned long long)epoch << 32 | h) : "memory");
+                if (lane == 0) {
+                    persist_store(act, ll, hand, epoch, out + r + rr, sum);
                     if (marks && threadIdx.x == 0 && r == r0 && rr == warp) {
                         row_clk = clock64() - rc;
                         row_ns = persist_now() - rn;

@@ -201,7 +201,7 @@ def persist_probe_case(rng):
     kmax = max(K for _, K in shapes)
     slot = 16 * -(-2 * kmax * int(rng.integers(1, 4)) // 16) + 16 * int(rng.integers(0, 3))
     stages = int(rng.integers(1, 5))
-    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 8))  # | 4: x in registers
+    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 16))  # | 4 xreg, | 8 mma
     p = Program("persist_probe")
     args = [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"), Ref("step"),
             Ref("marks") if rng.integers(0, 2) else Null(), Ref("ns"), slot, kmax, flag,
@@ -211,7 +211,10 @@ def persist_probe_case(rng):
     if twice:
         p.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
         p.launch("persist_probe", (G,), (32 * (cw + 1),), args, shared=shared)
-    w = bf16.from_f32(rng.standard_normal(wbytes // 2).astype(np.float32) * 0.2)
+    w32 = rng.standard_normal(wbytes // 2).astype(np.float32)
+    for N, K, w16, _, _ in table.astype(np.int64):  # each op's outputs about as large as its inputs
+        w32[8 * w16: 8 * w16 + N * K] /= np.sqrt(K)
+    w = bf16.from_f32(w32)
     act = np.full(n_act, 0x7FC1, np.uint16)
     act[:shapes[0][1]] = bf16.from_f32(rng.standard_normal(shapes[0][1]).astype(np.float32))
     nops = len(shapes)
@@ -236,5 +239,8 @@ def persist_probe_case(rng):
         "cnt": Buffer(np.array([[(epoch - 1) * G, epoch - 1]] * nops, np.uint32).reshape(-1), "u32"),
         "step": Buffer(np.array([epoch], np.uint32), "u32"),
         "marks": poison(8 * nops * G, "u64"), "ns": poison(2 * G, "u64"), "ll": poison(n_act, "u64")},
-        {"act": Check(), "cnt": Check(), "ll": Check()}, reference=reference,
+        # flag & 8 (tensor cores) sums in the mma's order: a bf16 rounding may differ from the twin's
+        # and carry down the chain; the LL words' values then differ too (act holds the same ones)
+        {"act": Check(0.03, 0.03), "cnt": Check()} if flag & 8 else {"act": Check(), "cnt": Check(), "ll": Check()},
+        reference=reference,
         notes=f"G {G} warps {cw}+1 shapes {shapes} slot {slot} stages {stages} epoch {epoch} twice {twice} flag {flag}")
