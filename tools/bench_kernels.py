@@ -29,7 +29,7 @@ same probe ran just before), per KB: the price of the decode kernels' 20-60 KB o
 completed) against a flag its last CTA publishes (successors launched early, polling), over
 chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
 [--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
-count flag ll] [--persist-xreg 0 1] [--persist-mma 0 1]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
+count flag ll] [--persist-xreg 0 1] [--persist-mma 0 1] [--persist-control none nostream nomarks]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
 launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
 shared-memory stages, ops handed over by global counters) against the decode graph's launches
 of the same shapes, with each op's handover, work and arrival from in-kernel marks.
@@ -255,7 +255,8 @@ PERSIST_HANDOFFS = ("count", "flag", "flag-nofence", "ll")  # persist_probe's fl
 
 
 def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
-                  graph: bool = True, flag: int = 0, xreg: bool = False, mma: bool = False) -> list[dict]:
+                  graph: bool = True, flag: int = 0, xreg: bool = False, mma: bool = False,
+                  nostream: bool = False, marks: bool = True) -> list[dict]:
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
@@ -263,7 +264,8 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     arriver publishes; 2, the same without the arrival's fence; 3, no counter: the outputs' LL
     words carry the epoch and the next op polls them as its x; ``xreg``: each lane keeps its x
     units in registers through an op; ``mma``: rows on tensor cores, a warp per 16-row tile and k
-    slice), and, with ``graph``, the decode
+    slice; ``nostream``: the loader copies nothing, a compute-only control whose outputs are not
+    checked; ``marks`` False: no in-kernel marks, the step time alone), and, with ``graph``, the decode
     graph's own launches of the same shapes (norm + qkv, o_proj, norm + gate_up + SiLU, down; PDL
     edges). Per step: µs, µs a layer, the in-kernel marks' split of each op (the caller adds the
     share of the copy bandwidth); the probe's outputs are checked bit for bit against its twin's
@@ -300,12 +302,13 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     prog = Program(f"persist.{model}.x{layers}")
     prog.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
     prog.launch("persist_probe", (G,), (32 * (warps + 1),), [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"),
-                                                             Ref("step"), Ref("marks"), Ref("ns"), slot, kmax, flag | 4 * xreg | 8 * mma,
+                                                             Ref("step"), Ref("marks") if marks else Null(), Ref("ns"), slot, kmax,
+                                                             flag | 4 * xreg | 8 * mma | 16 * nostream,
                                                              Ref("ll") if flag == 3 else Null()],
                 shared=xbytes + stages * slot)
     r = time_program(dev, prog, arena, 1, smoke, free=False)
     got = arena.read("act")  # bf16 bits
-    for j in list(range(min(4, len(shapes)))) + [len(shapes) - 1]:
+    for j in [] if nostream else list(range(min(4, len(shapes)))) + [len(shapes) - 1]:
         N, K, w16, i, o = (int(v) for v in table[j])
         W = bf16.to_f32(w[8 * w16: 8 * w16 + N * K]).reshape(N, K)
         want = persist_gemv(W, bf16.to_f32(got[i:i + K]))
@@ -317,8 +320,8 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         if not ok:
             raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
     out = []
-    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' xreg' * xreg}{' mma' * mma}"
-    if not smoke:
+    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' xreg' * xreg}{' mma' * mma}{' nostream' * nostream}{' nomarks' * (not marks)}"
+    if not smoke and marks:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
         marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 8, G)
         # [op][cta]: past the handover, first chunk seen, arrived after the op, first chunk issued,
@@ -357,6 +360,8 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         dev.free(arena.base)
     else:
         out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r})
+        if not smoke:
+            dev.free(arena.base)
     if not graph:
         return out
     # the decode graph's launches of the same shapes, each layer's weights their own
@@ -603,6 +608,9 @@ def main() -> int:
                     help="persist probe: 1 keeps each lane's x units in registers through an op")
     ap.add_argument("--persist-mma", type=int, nargs="+", default=[0], choices=(0, 1),
                     help="persist probe: 1 computes the rows on tensor cores (mma m16n8k16)")
+    ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks"),
+                    help="persist probe: also run with the loader copying nothing (compute only, outputs "
+                    "unchecked) or without the in-kernel marks")
     ap.add_argument("--persist-handoff", nargs="+", default=["count"], choices=PERSIST_HANDOFFS,
                     help="persist probe: ops handed over by a polled counter, a published flag, a flag "
                     "whose arrival has no fence before it, or LL words (value and epoch in one 8-byte store)")
@@ -679,11 +687,13 @@ def main() -> int:
                                      flush_blocks=blocks))
     if "persist" in only:
         for model in args.persist_model:
-            combos = [(w, k, h, x, m) for w in args.persist_warps for k in args.persist_slot_kb
-                      for h in args.persist_handoff for x in args.persist_xreg for m in args.persist_mma]
-            for n, (warps, kb, h, x, m) in enumerate(combos):
+            combos = [(w, k, h, x, m, c) for w in args.persist_warps for k in args.persist_slot_kb
+                      for h in args.persist_handoff for x in args.persist_xreg for m in args.persist_mma
+                      for c in args.persist_control]
+            for n, (warps, kb, h, x, m, c) in enumerate(combos):
                 rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0,
-                                      flag=PERSIST_HANDOFFS.index(h), xreg=bool(x), mma=bool(m))
+                                      flag=PERSIST_HANDOFFS.index(h), xreg=bool(x), mma=bool(m),
+                                      nostream=c == "nostream", marks=c != "nomarks")
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)

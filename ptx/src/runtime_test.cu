@@ -508,7 +508,9 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   flag & 8 computes the rows on tensor cores instead (mma m16n8k16, as gemv.cu: a warp per
 //   16-row tile and k slice, every 16 x 32 block of a slice in turn, the slices' sums added in
 //   slice order through shared memory): float32 products and sums in the mma's own order, so
-//   not bit for bit the chains above (and flag & 4 is moot).
+//   not bit for bit the chains above (and flag & 4 is moot). flag & 16: the loader copies nothing
+//   (it only completes each stage's barrier), so the rows use whatever the stages held: outputs
+//   are garbage; a control for what the stream costs the compute warps.
 //   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
 //   1 to the arrival counter cnt[2j]. flag 0: op j + 1's thread 0 polls that counter (acquire)
 //   until it reaches epoch * G (132 pollers on the line the arrivals serialise on); flag 1: the
@@ -621,9 +623,13 @@ extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned c
                     if (use > 0) persist_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
                     const unsigned int bytes = 2 * K * min(per, r1 - r);
                     const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&full[s]);
-                    probe_mbar_expect(bar, bytes);
-                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                                 ::"r"(ring + s * slot), "l"(src), "r"(bytes), "r"(bar) : "memory");
+                    if (flag & 16) {  // no stream: the stage keeps what it held (a compute-only control)
+                        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+                    } else {
+                        probe_mbar_expect(bar, bytes);
+                        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                                     ::"r"(ring + s * slot), "l"(src), "r"(bytes), "r"(bar) : "memory");
+                    }
                     src += bytes;
                     if (marks && r == r0) marks[(size_t)(8 * j + 3) * G + b] = persist_now();
                 }
