@@ -29,7 +29,7 @@ same probe ran just before), per KB: the price of the decode kernels' 20-60 KB o
 completed) against a flag its last CTA publishes (successors launched early, polling), over
 chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
 [--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
-count flag ll] [--persist-xreg 0 1] [--persist-mma 0 1] [--persist-control none nostream nomarks]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
+count flag ll] [--persist-xreg 0 1] [--persist-mma 0 1] [--persist-control none nostream nomarks sleepy]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
 launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
 shared-memory stages, ops handed over by global counters) against the decode graph's launches
 of the same shapes, with each op's handover, work and arrival from in-kernel marks.
@@ -256,7 +256,7 @@ PERSIST_HANDOFFS = ("count", "flag", "flag-nofence", "ll")  # persist_probe's fl
 
 def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
                   graph: bool = True, flag: int = 0, xreg: bool = False, mma: bool = False,
-                  nostream: bool = False, marks: bool = True) -> list[dict]:
+                  nostream: bool = False, marks: bool = True, sleepy: bool = False) -> list[dict]:
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
@@ -265,7 +265,8 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     words carry the epoch and the next op polls them as its x; ``xreg``: each lane keeps its x
     units in registers through an op; ``mma``: rows on tensor cores, a warp per 16-row tile and k
     slice; ``nostream``: the loader copies nothing, a compute-only control whose outputs are not
-    checked; ``marks`` False: no in-kernel marks, the step time alone), and, with ``graph``, the decode
+    checked; ``marks`` False: no in-kernel marks, the step time alone; ``sleepy``: the loader polls
+    its stages' release with sleeps), and, with ``graph``, the decode
     graph's own launches of the same shapes (norm + qkv, o_proj, norm + gate_up + SiLU, down; PDL
     edges). Per step: µs, µs a layer, the in-kernel marks' split of each op (the caller adds the
     share of the copy bandwidth); the probe's outputs are checked bit for bit against its twin's
@@ -303,7 +304,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     prog.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
     prog.launch("persist_probe", (G,), (32 * (warps + 1),), [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"),
                                                              Ref("step"), Ref("marks") if marks else Null(), Ref("ns"), slot, kmax,
-                                                             flag | 4 * xreg | 8 * mma | 16 * nostream,
+                                                             flag | 4 * xreg | 8 * mma | 16 * nostream | 32 * sleepy,
                                                              Ref("ll") if flag == 3 else Null()],
                 shared=xbytes + stages * slot)
     r = time_program(dev, prog, arena, 1, smoke, free=False)
@@ -320,7 +321,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         if not ok:
             raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
     out = []
-    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' xreg' * xreg}{' mma' * mma}{' nostream' * nostream}{' nomarks' * (not marks)}"
+    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' xreg' * xreg}{' mma' * mma}{' nostream' * nostream}{' nomarks' * (not marks)}{' sleepy' * sleepy}"
     if not smoke and marks:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
         marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 8, G)
@@ -608,9 +609,9 @@ def main() -> int:
                     help="persist probe: 1 keeps each lane's x units in registers through an op")
     ap.add_argument("--persist-mma", type=int, nargs="+", default=[0], choices=(0, 1),
                     help="persist probe: 1 computes the rows on tensor cores (mma m16n8k16)")
-    ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks"),
+    ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks", "sleepy"),
                     help="persist probe: also run with the loader copying nothing (compute only, outputs "
-                    "unchecked) or without the in-kernel marks")
+                    "unchecked), without the in-kernel marks, or with the loader sleeping between polls")
     ap.add_argument("--persist-handoff", nargs="+", default=["count"], choices=PERSIST_HANDOFFS,
                     help="persist probe: ops handed over by a polled counter, a published flag, a flag "
                     "whose arrival has no fence before it, or LL words (value and epoch in one 8-byte store)")
@@ -693,7 +694,8 @@ def main() -> int:
             for n, (warps, kb, h, x, m, c) in enumerate(combos):
                 rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0,
                                       flag=PERSIST_HANDOFFS.index(h), xreg=bool(x), mma=bool(m),
-                                      nostream=c == "nostream", marks=c != "nomarks")
+                                      nostream=c == "nostream", marks=c != "nomarks",
+                                      sleepy=c == "sleepy")
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)

@@ -510,7 +510,8 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   slice order through shared memory): float32 products and sums in the mma's own order, so
 //   not bit for bit the chains above (and flag & 4 is moot). flag & 16: the loader copies nothing
 //   (it only completes each stage's barrier), so the rows use whatever the stages held: outputs
-//   are garbage; a control for what the stream costs the compute warps.
+//   are garbage; a control for what the stream costs the compute warps. flag & 32: the loader
+//   polls a stage's release by test_wait with 128 ns sleeps instead of spinning on try_wait.
 //   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
 //   1 to the arrival counter cnt[2j]. flag 0: op j + 1's thread 0 polls that counter (acquire)
 //   until it reaches epoch * G (132 pollers on the line the arrivals serialise on); flag 1: the
@@ -620,7 +621,18 @@ extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned c
                 const unsigned char* src = w + 16ull * ops[5 * j + 2] + 2ull * K * r0;
                 for (unsigned int r = r0; r < r1; r += per, ++seq) {
                     const unsigned int s = seq % stages, use = seq / stages;
-                    if (use > 0) persist_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
+                    if (use > 0 && (flag & 32)) {  // poll with 128 ns sleeps (does a spinning try_wait slow the SM's LDS?)
+                        const unsigned int eb = (unsigned int)__cvta_generic_to_shared(&empty[s]);
+                        unsigned int done = 0;
+                        for (;;) {
+                            asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                                         " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(eb), "r"((use - 1) & 1) : "memory");
+                            if (done) break;
+                            __nanosleep(128);
+                        }
+                    } else if (use > 0) {
+                        persist_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
+                    }
                     const unsigned int bytes = 2 * K * min(per, r1 - r);
                     const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&full[s]);
                     if (flag & 16) {  // no stream: the stage keeps what it held (a compute-only control)
