@@ -29,7 +29,7 @@ same probe ran just before), per KB: the price of the decode kernels' 20-60 KB o
 completed) against a flag its last CTA publishes (successors launched early, polling), over
 chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
 [--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
-count flag ll] [--persist-xreg 0 1] [--persist-mma 0 1] [--persist-control none nostream nomarks sleepy]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
+count flag ll] [--persist-pairs 0 1] [--persist-mma 0 1] [--persist-control none nostream nomarks sleepy]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
 launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
 shared-memory stages, ops handed over by global counters) against the decode graph's launches
 of the same shapes, with each op's handover, work and arrival from in-kernel marks.
@@ -255,15 +255,15 @@ PERSIST_HANDOFFS = ("count", "flag", "flag-nofence", "ll")  # persist_probe's fl
 
 
 def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
-                  graph: bool = True, flag: int = 0, xreg: bool = False, mma: bool = False,
+                  graph: bool = True, flag: int = 0, pairs: bool = False, mma: bool = False,
                   nostream: bool = False, marks: bool = True, sleepy: bool = False) -> list[dict]:
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
     handed over as PERSIST_HANDOFFS[flag] says: 0, a polled arrival counter; 1, a flag the last
     arriver publishes; 2, the same without the arrival's fence; 3, no counter: the outputs' LL
-    words carry the epoch and the next op polls them as its x; ``xreg``: each lane keeps its x
-    units in registers through an op; ``mma``: rows on tensor cores, a warp per 16-row tile and k
+    words carry the epoch and the next op polls them as its x; ``pairs``: the compute warps take
+    an op's chunks two at a time, a row of each a warp in flight; ``mma``: rows on tensor cores, a warp per 16-row tile and k
     slice; ``nostream``: the loader copies nothing, a compute-only control whose outputs are not
     checked; ``marks`` False: no in-kernel marks, the step time alone; ``sleepy``: the loader polls
     its stages' release with sleeps), and, with ``graph``, the decode
@@ -304,7 +304,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     prog.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
     prog.launch("persist_probe", (G,), (32 * (warps + 1),), [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"),
                                                              Ref("step"), Ref("marks") if marks else Null(), Ref("ns"), slot, kmax,
-                                                             flag | 4 * xreg | 8 * mma | 16 * nostream | 32 * sleepy,
+                                                             flag | 4 * pairs | 8 * mma | 16 * nostream | 32 * sleepy,
                                                              Ref("ll") if flag == 3 else Null()],
                 shared=xbytes + stages * slot)
     r = time_program(dev, prog, arena, 1, smoke, free=False)
@@ -321,7 +321,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         if not ok:
             raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
     out = []
-    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' xreg' * xreg}{' mma' * mma}{' nostream' * nostream}{' nomarks' * (not marks)}{' sleepy' * sleepy}"
+    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' pairs' * pairs}{' mma' * mma}{' nostream' * nostream}{' nomarks' * (not marks)}{' sleepy' * sleepy}"
     if not smoke and marks:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
         marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 8, G)
@@ -605,8 +605,8 @@ def main() -> int:
     ap.add_argument("--persist-layers", type=int, default=28, help="persist probe: layers a step")
     ap.add_argument("--persist-warps", type=int, nargs="+", default=[8], help="persist probe: compute warps a CTA")
     ap.add_argument("--persist-slot-kb", type=int, nargs="+", default=[16], help="persist probe: KiB a ring stage")
-    ap.add_argument("--persist-xreg", type=int, nargs="+", default=[0], choices=(0, 1),
-                    help="persist probe: 1 keeps each lane's x units in registers through an op")
+    ap.add_argument("--persist-pairs", type=int, nargs="+", default=[0], choices=(0, 1),
+                    help="persist probe: 1 has each compute warp take a row of two chunks at once")
     ap.add_argument("--persist-mma", type=int, nargs="+", default=[0], choices=(0, 1),
                     help="persist probe: 1 computes the rows on tensor cores (mma m16n8k16)")
     ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks", "sleepy"),
@@ -646,7 +646,7 @@ def main() -> int:
         rows.append(bench_icache(dev, "icache_probe_8k", 2, 32, True, rng, flush_blocks=2))
         rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
         rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng)
-        rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng, graph=False, flag=PERSIST_HANDOFFS.index("ll"), xreg=True,
+        rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng, graph=False, flag=PERSIST_HANDOFFS.index("ll"), pairs=True,
                               mma=True)
         rows.append(bench_handoff(dev, 2, "pdl", True, rng, cluster=2, alternate=True, smem=(1024, 2048)))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
@@ -689,11 +689,11 @@ def main() -> int:
     if "persist" in only:
         for model in args.persist_model:
             combos = [(w, k, h, x, m, c) for w in args.persist_warps for k in args.persist_slot_kb
-                      for h in args.persist_handoff for x in args.persist_xreg for m in args.persist_mma
+                      for h in args.persist_handoff for x in args.persist_pairs for m in args.persist_mma
                       for c in args.persist_control]
             for n, (warps, kb, h, x, m, c) in enumerate(combos):
                 rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0,
-                                      flag=PERSIST_HANDOFFS.index(h), xreg=bool(x), mma=bool(m),
+                                      flag=PERSIST_HANDOFFS.index(h), pairs=bool(x), mma=bool(m),
                                       nostream=c == "nostream", marks=c != "nomarks",
                                       sleepy=c == "sleepy")
     if "staging" in only:

@@ -496,19 +496,19 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   its j-th 16-byte unit i = l + 32 j goes to chain j % 4, which adds W[n, 8i + e] * x[8i + e]
 //   by fma for e = 0..7 in that order; the lane's sum is (c0 + c1) + (c2 + c3), the lanes are
 //   summed by a shfl_xor tree (16, 8, 4, 2, 1), and lane 0 stores the bf16 (round to nearest).
-//   Warps (at most 16: launch bounds of 512 threads, so the registers x needs fit): blockDim / 32 -
-//   1 compute warps (>= 1) and the last one, whose lane 0 streams the
+//   Warps (at most 17: launch bounds of 544 threads): blockDim / 32 - 1 compute warps (>= 1) and
+//   the last one, whose lane 0 streams the
 //   CTA's rows of every op, in op order, in chunks of whole rows of at most `slot` bytes, into
 //   (dynamic shared memory - 2 kmax bytes) / slot stages (at most PERSIST_MAX_STAGES) by
 //   cp.async.bulk; a stage is refilled once every compute warp has released it. The first 2 kmax
 //   bytes of dynamic shared memory hold the op's x. The loader starts before the PDL wait
 //   (weights are constants); the compute warps wait, then read epoch = *step.
-//   flag & 3 picks the handover, flag & 4 keeps each lane's x units in registers through an op
-//   (ops with K <= 256 PERSIST_XREG; otherwise every row re-reads x from shared memory), and
-//   flag & 8 computes the rows on tensor cores instead (mma m16n8k16, as gemv.cu: a warp per
+//   flag & 3 picks the handover; flag & 4 has the compute warps take an op's chunks two at a
+//   time, each warp a row of both in flight (the same sums; a 16-row chunk gives 16 warps a row
+//   each otherwise), and flag & 8 computes the rows on tensor cores instead (mma m16n8k16, as gemv.cu: a warp per
 //   16-row tile and k slice, every 16 x 32 block of a slice in turn, the slices' sums added in
 //   slice order through shared memory): float32 products and sums in the mma's own order, so
-//   not bit for bit the chains above (and flag & 4 is moot). flag & 16: the loader copies nothing
+//   not bit for bit the chains above (and flag & 4 is moot: one chunk at a time). flag & 16: the loader copies nothing
 //   (it only completes each stage's barrier), so the rows use whatever the stages held: outputs
 //   are garbage; a control for what the stream costs the compute warps. flag & 32: the loader
 //   polls a stage's release by test_wait with 128 ns sleeps instead of spinning on try_wait.
@@ -541,7 +541,6 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   after seconds rather than hang), slot % 16 == 0 and 2 K <= slot for every op, kmax >= every K;
 //   otherwise (stages < 1 or > PERSIST_MAX_STAGES) every CTA returns at once.
 #define PERSIST_MAX_STAGES 32
-#define PERSIST_XREG 12  // flag & 4: x units a lane keeps in registers
 __device__ __forceinline__ void persist_wait_parity(unsigned int bar, unsigned int parity) {
     asm volatile("{\n .reg .pred p;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
                  " @!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
@@ -572,6 +571,42 @@ __device__ __forceinline__ void persist_rows(unsigned int b, unsigned int G, uns
     r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
 }
 
+// sum[q] = row q's dot with x (R rows of K, q < R; every lane gets the sums): lane l's j-th 16-byte
+// unit (l + 32 j) goes to chain j % 4 of its row, 8 fma in element order; the lane's sum is
+// (c0 + c1) + (c2 + c3), then a shfl_xor tree. R = 2 keeps both rows' loads in flight (x read once).
+template <int R>
+__device__ __forceinline__ void persist_row(float (&sum)[2], const uint4* row0, const uint4* row1, const uint4* xs,
+                                            unsigned int K, unsigned int lane) {
+    const uint4* rows[2] = {row0, R == 2 ? row1 : row0};
+    float acc[R][4];
+#pragma unroll
+    for (int q = 0; q < R; ++q) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
+    unsigned int i = lane;
+    for (; i + 96 < K / 8; i += 128) {  // four 16-byte units a lane and row in flight, one chain each
+        uint4 a[R][4], x[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            x[u] = xs[i + 32 * u];
+#pragma unroll
+            for (int q = 0; q < R; ++q) a[q][u] = rows[q][i + 32 * u];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int q = 0; q < R; ++q) persist_fma8(acc[q][u], a[q][u], x[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < 3; ++u)  // the last 0-3 units: chains 0, 1, 2 in turn
+        if (i + 32 * u < K / 8)
+#pragma unroll
+            for (int q = 0; q < R; ++q) persist_fma8(acc[q][u], rows[q][i + 32 * u], xs[i + 32 * u]);
+#pragma unroll
+    for (int q = 0; q < R; ++q) sum[q] = (acc[q][0] + acc[q][1]) + (acc[q][2] + acc[q][3]);
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int q = 0; q < R; ++q) sum[q] += __shfl_xor_sync(0xffffffffu, sum[q], o);
+}
+
 // act[i] = bf16(v) (round to nearest even; v finite), and under the LL handover also its 8-byte word.
 __device__ __forceinline__ void persist_store(unsigned short* act, unsigned long long* ll, unsigned int hand,
                                               unsigned int epoch, unsigned int i, float v) {
@@ -583,7 +618,7 @@ __device__ __forceinline__ void persist_store(unsigned short* act, unsigned long
                      : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned char* __restrict__ w, unsigned short* act,
+extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned char* __restrict__ w, unsigned short* act,
                                          const unsigned int* __restrict__ ops, unsigned int nops, unsigned int* cnt,
                                          const unsigned int* step, unsigned long long* marks,
                                          unsigned long long* __restrict__ ns, unsigned int slot,
@@ -699,28 +734,27 @@ extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned c
             for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
-        // flag & 4: a lane's x units in registers for the whole op (K <= 8 * 32 * PERSIST_XREG), so
-        // the rows read only their weights from shared memory (the same sums in the same order)
-        const bool xreg = (flag & 4) && K <= 256 * PERSIST_XREG;
-        uint4 xr[PERSIST_XREG];
-#pragma unroll
-        for (int u = 0; u < PERSIST_XREG; ++u)
-            xr[u] = xreg && lane + 32 * u < K / 8 ? xs[lane + 32 * u] : make_uint4(0, 0, 0, 0);
         unsigned int r0, r1;
         persist_rows(b, G, N, r0, r1);
         const unsigned int per = slot / (2 * K);
         unsigned long long waited = 0, row_ns = 0, row_clk = 0;  // thread 0's waits after the first chunk, its first row
-        for (unsigned int r = r0; r < r1; r += per, ++seq) {
-            const unsigned int s = seq % stages, use = seq / stages;
-            const unsigned long long tw = marks && threadIdx.x == 0 ? persist_now() : 0;
-            persist_wait_parity((unsigned int)__cvta_generic_to_shared(&full[s]), use & 1);
-            if (marks && threadIdx.x == 0) {
-                const unsigned long long tl = persist_now();
-                if (r == r0) marks[(size_t)(8 * j + 1) * G + b] = tl;
-                else waited += tl - tw;
+        for (unsigned int r = r0, nc = 1; r < r1; r += nc * per, seq += nc) {
+            // flag & 4 (CUDA cores): this chunk and the op's next together, a row of each a warp in flight
+            nc = (flag & 12) == 4 && stages > 1 && r + per < r1 ? 2 : 1;  // one stage: one at a time
+            for (unsigned int c = 0; c < nc; ++c) {
+                const unsigned long long tw = marks && threadIdx.x == 0 ? persist_now() : 0;
+                persist_wait_parity((unsigned int)__cvta_generic_to_shared(&full[(seq + c) % stages]),
+                                    ((seq + c) / stages) & 1);
+                if (marks && threadIdx.x == 0) {
+                    const unsigned long long tl = persist_now();
+                    if (r == r0 && c == 0) marks[(size_t)(8 * j + 1) * G + b] = tl;
+                    else waited += tl - tw;
+                }
             }
-            const unsigned int rows = min(per, r1 - r);
+            const unsigned int s = seq % stages, s2 = (seq + 1) % stages;
+            const unsigned int rows = min(per, r1 - r), rows2 = nc == 2 ? min(per, r1 - r - per) : 0;
             const uint4* ws = reinterpret_cast<const uint4*>(persist_smem + xbytes + s * slot);
+            const uint4* ws2 = reinterpret_cast<const uint4*>(persist_smem + xbytes + s2 * slot);
             const unsigned long long rn = marks && threadIdx.x == 0 && r == r0 ? persist_now() : 0;
             const unsigned long long rc = marks && threadIdx.x == 0 && r == r0 ? clock64() : 0;
             if (flag & 8) {  // tensor cores: warps of (16-row tile, k slice), slices summed through shared memory
@@ -768,41 +802,27 @@ extern "C" __global__ void __launch_bounds__(512) persist_probe(const unsigned c
                     }
                     continue;
                 }
-            } else
-            for (unsigned int rr = warp; rr < rows; rr += cw) {
-                const uint4* row = ws + rr * (K / 8);
-                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                if (xreg) {  // unit u (lane + 32 u) to chain u % 4, as below
-#pragma unroll
-                    for (int u = 0; u < PERSIST_XREG; ++u)
-                        if (lane + 32 * u < K / 8) persist_fma8(acc[u % 4], row[lane + 32 * u], xr[u]);
-                } else {
-                    unsigned int i = lane;
-                    for (; i + 96 < K / 8; i += 128) {  // four 16-byte units a lane in flight, one chain each
-                        uint4 a[4], x[4];
-#pragma unroll
-                        for (int u = 0; u < 4; ++u) a[u] = row[i + 32 * u], x[u] = xs[i + 32 * u];
-#pragma unroll
-                        for (int u = 0; u < 4; ++u) persist_fma8(acc[u], a[u], x[u]);
-                    }
-#pragma unroll
-                    for (int u = 0; u < 3; ++u)  // the last 0-3 units: chains 0, 1, 2 in turn
-                        if (i + 32 * u < K / 8) persist_fma8(acc[u], row[i + 32 * u], xs[i + 32 * u]);
-                }
-                float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-                for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-                if (lane == 0) {
-                    persist_store(act, ll, hand, epoch, out + r + rr, sum);
-                    if (marks && threadIdx.x == 0 && r == r0 && rr == warp) {
-                        row_clk = clock64() - rc;
-                        row_ns = persist_now() - rn;
+            } else {
+                for (unsigned int rr = warp; rr < max(rows, rows2); rr += cw) {
+                    float sum[2];
+                    if (rr < rows && rr < rows2)
+                        persist_row<2>(sum, ws + rr * (K / 8), ws2 + rr * (K / 8), xs, K, lane);
+                    else
+                        persist_row<1>(sum, rr < rows ? ws + rr * (K / 8) : ws2 + rr * (K / 8), nullptr, xs, K, lane);
+                    if (lane == 0) {
+                        if (rr < rows) persist_store(act, ll, hand, epoch, out + r + rr, sum[0]);
+                        if (rr < rows2) persist_store(act, ll, hand, epoch, out + r + per + rr, rr < rows ? sum[1] : sum[0]);
+                        if (marks && threadIdx.x == 0 && r == r0 && rr == warp) {
+                            row_clk = clock64() - rc;
+                            row_ns = persist_now() - rn;
+                        }
                     }
                 }
             }
             __syncwarp();
-            if (lane == 0)
-                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"((unsigned int)__cvta_generic_to_shared(&empty[s]))
-                             : "memory");
+            for (unsigned int c = 0; c < nc && lane == 0; ++c)
+                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
+                             ::"r"((unsigned int)__cvta_generic_to_shared(&empty[c ? s2 : s])) : "memory");
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         if (threadIdx.x == 0) {
