@@ -29,7 +29,7 @@ same probe ran just before), per KB: the price of the decode kernels' 20-60 KB o
 completed) against a flag its last CTA publishes (successors launched early, polling), over
 chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
 [--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
-count flag ll] [--persist-pairs 0 1] [--persist-mma 0 1] [--persist-control none nostream nomarks sleepy]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
+count flag ll] [--persist-pairs 0 1] [--persist-control none nostream nomarks]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
 launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
 shared-memory stages, ops handed over by global counters) against the decode graph's launches
 of the same shapes, with each op's handover, work and arrival from in-kernel marks.
@@ -255,18 +255,16 @@ PERSIST_HANDOFFS = ("count", "flag", "flag-nofence", "ll")  # persist_probe's fl
 
 
 def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
-                  graph: bool = True, flag: int = 0, pairs: bool = False, mma: bool = False,
-                  nostream: bool = False, marks: bool = True, sleepy: bool = False) -> list[dict]:
+                  graph: bool = True, flag: int = 0, pairs: bool = False, nostream: bool = False,
+                  marks: bool = True) -> list[dict]:
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
     handed over as PERSIST_HANDOFFS[flag] says: 0, a polled arrival counter; 1, a flag the last
     arriver publishes; 2, the same without the arrival's fence; 3, no counter: the outputs' LL
     words carry the epoch and the next op polls them as its x; ``pairs``: the compute warps take
-    an op's chunks two at a time, a row of each a warp in flight; ``mma``: rows on tensor cores, a warp per 16-row tile and k
-    slice; ``nostream``: the loader copies nothing, a compute-only control whose outputs are not
-    checked; ``marks`` False: no in-kernel marks, the step time alone; ``sleepy``: the loader polls
-    its stages' release with sleeps), and, with ``graph``, the decode
+    an op's chunks two at a time, a row of each a warp in flight; ``nostream``: the loader copies nothing, a compute-only control whose outputs are not
+    checked; ``marks`` False: no in-kernel marks, the step time alone), and, with ``graph``, the decode
     graph's own launches of the same shapes (norm + qkv, o_proj, norm + gate_up + SiLU, down; PDL
     edges). Per step: µs, µs a layer, the in-kernel marks' split of each op (the caller adds the
     share of the copy bandwidth); the probe's outputs are checked bit for bit against its twin's
@@ -276,7 +274,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     kmax = max(K for _, K in shapes)
     slot = max(slot_kb << 10, 16 * -(-2 * kmax // 16))
     xbytes = 16 * -(-2 * kmax // 16)
-    smem = int(dev.properties().get("max_shared_per_block_optin", 232448)) - 3072  # static: mbarriers, mma partials
+    smem = int(dev.properties().get("max_shared_per_block_optin", 232448)) - 1024  # the static mbarriers' room
     stages = 2 if smoke else min(32, (smem - xbytes) // slot)
     table, wbytes, n_act = persist_ops(shapes, shapes[0][1])
     wsum = sum(N * K * 2 for N, K in shapes)
@@ -304,7 +302,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     prog.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
     prog.launch("persist_probe", (G,), (32 * (warps + 1),), [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"),
                                                              Ref("step"), Ref("marks") if marks else Null(), Ref("ns"), slot, kmax,
-                                                             flag | 4 * pairs | 8 * mma | 16 * nostream | 32 * sleepy,
+                                                             flag | 4 * pairs | 16 * nostream,
                                                              Ref("ll") if flag == 3 else Null()],
                 shared=xbytes + stages * slot)
     r = time_program(dev, prog, arena, 1, smoke, free=False)
@@ -312,16 +310,10 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     for j in [] if nostream else list(range(min(4, len(shapes)))) + [len(shapes) - 1]:
         N, K, w16, i, o = (int(v) for v in table[j])
         W = bf16.to_f32(w[8 * w16: 8 * w16 + N * K]).reshape(N, K)
-        want = persist_gemv(W, bf16.to_f32(got[i:i + K]))
-        if mma:  # the mma's summation order: a bf16 rounding apart at most
-            ok = np.allclose(bf16.to_f32(got[o:o + N]), bf16.to_f32(want), rtol=2.0 ** -7,
-                             atol=1e-3 * float(np.abs(bf16.to_f32(want)).max()))
-        else:
-            ok = np.array_equal(want, got[o:o + N])
-        if not ok:
+        if not np.array_equal(persist_gemv(W, bf16.to_f32(got[i:i + K])), got[o:o + N]):
             raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
     out = []
-    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' pairs' * pairs}{' mma' * mma}{' nostream' * nostream}{' nomarks' * (not marks)}{' sleepy' * sleepy}"
+    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' pairs' * pairs}{' nostream' * nostream}{' nomarks' * (not marks)}"
     if not smoke and marks:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
         marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 8, G)
@@ -607,11 +599,9 @@ def main() -> int:
     ap.add_argument("--persist-slot-kb", type=int, nargs="+", default=[16], help="persist probe: KiB a ring stage")
     ap.add_argument("--persist-pairs", type=int, nargs="+", default=[0], choices=(0, 1),
                     help="persist probe: 1 has each compute warp take a row of two chunks at once")
-    ap.add_argument("--persist-mma", type=int, nargs="+", default=[0], choices=(0, 1),
-                    help="persist probe: 1 computes the rows on tensor cores (mma m16n8k16)")
-    ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks", "sleepy"),
+    ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks"),
                     help="persist probe: also run with the loader copying nothing (compute only, outputs "
-                    "unchecked), without the in-kernel marks, or with the loader sleeping between polls")
+                    "unchecked) or without the in-kernel marks")
     ap.add_argument("--persist-handoff", nargs="+", default=["count"], choices=PERSIST_HANDOFFS,
                     help="persist probe: ops handed over by a polled counter, a published flag, a flag "
                     "whose arrival has no fence before it, or LL words (value and epoch in one 8-byte store)")
@@ -646,8 +636,7 @@ def main() -> int:
         rows.append(bench_icache(dev, "icache_probe_8k", 2, 32, True, rng, flush_blocks=2))
         rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
         rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng)
-        rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng, graph=False, flag=PERSIST_HANDOFFS.index("ll"), pairs=True,
-                              mma=True)
+        rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng, graph=False, flag=PERSIST_HANDOFFS.index("ll"), pairs=True)
         rows.append(bench_handoff(dev, 2, "pdl", True, rng, cluster=2, alternate=True, smem=(1024, 2048)))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
@@ -688,14 +677,12 @@ def main() -> int:
                                      flush_blocks=blocks))
     if "persist" in only:
         for model in args.persist_model:
-            combos = [(w, k, h, x, m, c) for w in args.persist_warps for k in args.persist_slot_kb
-                      for h in args.persist_handoff for x in args.persist_pairs for m in args.persist_mma
-                      for c in args.persist_control]
-            for n, (warps, kb, h, x, m, c) in enumerate(combos):
+            combos = [(w, k, h, x, c) for w in args.persist_warps for k in args.persist_slot_kb
+                      for h in args.persist_handoff for x in args.persist_pairs for c in args.persist_control]
+            for n, (warps, kb, h, x, c) in enumerate(combos):
                 rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0,
-                                      flag=PERSIST_HANDOFFS.index(h), pairs=bool(x), mma=bool(m),
-                                      nostream=c == "nostream", marks=c != "nomarks",
-                                      sleepy=c == "sleepy")
+                                      flag=PERSIST_HANDOFFS.index(h), pairs=bool(x), nostream=c == "nostream",
+                                      marks=c != "nomarks")
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)

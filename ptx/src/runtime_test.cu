@@ -2,7 +2,6 @@
 // reductions, a deliberate fault). The runtime tests and `fixedgraph doctor` launch them.
 #include <stdint.h>
 #include "pdl.cuh"
-#include "gemm.cuh"
 
 // dst[i] = src[i] for i < n.  dst, src: [n] f32.  Grid-stride, any grid.
 extern "C" __global__ void copy_f32(float* __restrict__ dst, const float* __restrict__ src,
@@ -505,13 +504,10 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   (weights are constants); the compute warps wait, then read epoch = *step.
 //   flag & 3 picks the handover; flag & 4 has the compute warps take an op's chunks two at a
 //   time, each warp a row of both in flight (the same sums; a 16-row chunk gives 16 warps a row
-//   each otherwise), and flag & 8 computes the rows on tensor cores instead (mma m16n8k16, as gemv.cu: a warp per
-//   16-row tile and k slice, every 16 x 32 block of a slice in turn, the slices' sums added in
-//   slice order through shared memory): float32 products and sums in the mma's own order, so
-//   not bit for bit the chains above (and flag & 4 is moot: one chunk at a time). flag & 16: the loader copies nothing
-//   (it only completes each stage's barrier), so the rows use whatever the stages held: outputs
-//   are garbage; a control for what the stream costs the compute warps. flag & 32: the loader
-//   polls a stage's release by test_wait with 128 ns sleeps instead of spinning on try_wait.
+//   each otherwise); flag & 16: the loader copies nothing (it only completes each stage's
+//   barrier), so the rows use whatever the stages held: outputs are garbage; a control for what
+//   the stream costs. (Session 40 measured and removed flag & 8, rows on tensor cores from these
+//   unpadded rows, and flag & 32, a loader sleeping between polls: BENCHMARKS.)
 //   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
 //   1 to the arrival counter cnt[2j]. flag 0: op j + 1's thread 0 polls that counter (acquire)
 //   until it reaches epoch * G (132 pollers on the line the arrivals serialise on); flag 1: the
@@ -625,7 +621,6 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                                          unsigned int kmax, unsigned int flag,
                                          unsigned long long* ll) { FG_KERNEL_BEGIN();
     __shared__ __align__(8) unsigned long long full[PERSIST_MAX_STAGES], empty[PERSIST_MAX_STAGES];
-    __shared__ float persist_red[2][16 * 16];  // flag & 8: k slices' partial sums, a buffer per chunk parity
     extern __shared__ __align__(16) unsigned char persist_smem[];
     const unsigned long long t0 = persist_now();
     unsigned int dyn;
@@ -656,18 +651,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                 const unsigned char* src = w + 16ull * ops[5 * j + 2] + 2ull * K * r0;
                 for (unsigned int r = r0; r < r1; r += per, ++seq) {
                     const unsigned int s = seq % stages, use = seq / stages;
-                    if (use > 0 && (flag & 32)) {  // poll with 128 ns sleeps (does a spinning try_wait slow the SM's LDS?)
-                        const unsigned int eb = (unsigned int)__cvta_generic_to_shared(&empty[s]);
-                        unsigned int done = 0;
-                        for (;;) {
-                            asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                                         " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(eb), "r"((use - 1) & 1) : "memory");
-                            if (done) break;
-                            __nanosleep(128);
-                        }
-                    } else if (use > 0) {
-                        persist_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
-                    }
+                    if (use > 0) persist_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
                     const unsigned int bytes = 2 * K * min(per, r1 - r);
                     const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&full[s]);
                     if (flag & 16) {  // no stream: the stage keeps what it held (a compute-only control)
@@ -688,7 +672,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
     const unsigned int epoch = __ldcg(step), hand = flag & 3;
     const unsigned int nthreads = 32 * cw;
     uint4* xs = reinterpret_cast<uint4*>(persist_smem);
-    unsigned int seq = 0, nred = 0;
+    unsigned int seq = 0;
     for (unsigned int j = 0; j < nops; ++j) {
         const unsigned int N = ops[5 * j], K = ops[5 * j + 1], in = ops[5 * j + 3], out = ops[5 * j + 4];
         if (j > 0 && hand != 3 && threadIdx.x == 0) {
@@ -740,7 +724,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
         unsigned long long waited = 0, row_ns = 0, row_clk = 0;  // thread 0's waits after the first chunk, its first row
         for (unsigned int r = r0, nc = 1; r < r1; r += nc * per, seq += nc) {
             // flag & 4 (CUDA cores): this chunk and the op's next together, a row of each a warp in flight
-            nc = (flag & 12) == 4 && stages > 1 && r + per < r1 ? 2 : 1;  // one stage: one at a time
+            nc = (flag & 4) && stages > 1 && r + per < r1 ? 2 : 1;  // one stage: one at a time
             for (unsigned int c = 0; c < nc; ++c) {
                 const unsigned long long tw = marks && threadIdx.x == 0 ? persist_now() : 0;
                 persist_wait_parity((unsigned int)__cvta_generic_to_shared(&full[(seq + c) % stages]),
@@ -757,65 +741,18 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
             const uint4* ws2 = reinterpret_cast<const uint4*>(persist_smem + xbytes + s2 * slot);
             const unsigned long long rn = marks && threadIdx.x == 0 && r == r0 ? persist_now() : 0;
             const unsigned long long rc = marks && threadIdx.x == 0 && r == r0 ? clock64() : 0;
-            if (flag & 8) {  // tensor cores: warps of (16-row tile, k slice), slices summed through shared memory
-                const unsigned int T = (rows + 15) / 16, S = T >= cw ? 1 : cw / T, g = lane / 4, t = lane % 4;
-                const unsigned int KB = (K + 31) / 32;
-                float* red = persist_red[nred & 1];  // alternate between chunks that reduce: a barrier each
-                for (unsigned int tile = warp / S; tile < T && warp < S * (cw / S); tile += cw / S) {
-                    const unsigned int ra = 16 * tile + g, rb = ra + 8;
-                    const uint4* wa = ws + ra * (K / 8);
-                    const uint4* wb = ws + rb * (K / 8);
-                    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    for (unsigned int kb = warp % S; kb < KB; kb += S) {
-                        const unsigned int u = 4 * kb + t;
-                        const bool ok = u < K / 8;
-                        const uint4 z = make_uint4(0, 0, 0, 0);
-                        const uint4 a0 = ok && ra < rows ? wa[u] : z, a1 = ok && rb < rows ? wb[u] : z;
-                        const uint4 xv = ok ? xs[u] : z;
-                        mma_bf16_16816(acc, a0.x, a1.x, a0.y, a1.y, xv.x, xv.y);
-                        mma_bf16_16816(acc, a0.z, a1.z, a0.w, a1.w, xv.z, xv.w);
-                    }
-                    if (t == 0) {  // every column of D is the same sum: column 0 (lanes t = 0) holds rows g, g + 8
-                        if (S == 1) {
-                            if (ra < rows) persist_store(act, ll, hand, epoch, out + r + ra, acc[0]);
-                            if (rb < rows) persist_store(act, ll, hand, epoch, out + r + rb, acc[2]);
-                        } else {
-                            red[16 * (T * (warp % S) + tile) + g] = acc[0];
-                            red[16 * (T * (warp % S) + tile) + g + 8] = acc[2];
-                        }
-                    }
-                    if (marks && threadIdx.x == 0 && r == r0 && tile == warp / S) {
+            for (unsigned int rr = warp; rr < max(rows, rows2); rr += cw) {
+                float sum[2];
+                if (rr < rows && rr < rows2)
+                    persist_row<2>(sum, ws + rr * (K / 8), ws2 + rr * (K / 8), xs, K, lane);
+                else
+                    persist_row<1>(sum, rr < rows ? ws + rr * (K / 8) : ws2 + rr * (K / 8), nullptr, xs, K, lane);
+                if (lane == 0) {
+                    if (rr < rows) persist_store(act, ll, hand, epoch, out + r + rr, sum[0]);
+                    if (rr < rows2) persist_store(act, ll, hand, epoch, out + r + per + rr, rr < rows ? sum[1] : sum[0]);
+                    if (marks && threadIdx.x == 0 && r == r0 && rr == warp) {
                         row_clk = clock64() - rc;
                         row_ns = persist_now() - rn;
-                    }
-                }
-                if (S > 1) {
-                    ++nred;
-                    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");  // partials in, the stage read
-                    if (lane == 0)
-                        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
-                                     ::"r"((unsigned int)__cvta_generic_to_shared(&empty[s])) : "memory");
-                    for (unsigned int q = threadIdx.x; q < rows; q += nthreads) {  // slices in order
-                        float sum = red[q];
-                        for (unsigned int sl = 1; sl < S; ++sl) sum += red[16 * T * sl + q];
-                        persist_store(act, ll, hand, epoch, out + r + q, sum);
-                    }
-                    continue;
-                }
-            } else {
-                for (unsigned int rr = warp; rr < max(rows, rows2); rr += cw) {
-                    float sum[2];
-                    if (rr < rows && rr < rows2)
-                        persist_row<2>(sum, ws + rr * (K / 8), ws2 + rr * (K / 8), xs, K, lane);
-                    else
-                        persist_row<1>(sum, rr < rows ? ws + rr * (K / 8) : ws2 + rr * (K / 8), nullptr, xs, K, lane);
-                    if (lane == 0) {
-                        if (rr < rows) persist_store(act, ll, hand, epoch, out + r + rr, sum[0]);
-                        if (rr < rows2) persist_store(act, ll, hand, epoch, out + r + per + rr, rr < rows ? sum[1] : sum[0]);
-                        if (marks && threadIdx.x == 0 && r == r0 && rr == warp) {
-                            row_clk = clock64() - rc;
-                            row_ns = persist_now() - rn;
-                        }
                     }
                 }
             }

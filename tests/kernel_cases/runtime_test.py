@@ -201,7 +201,7 @@ def persist_probe_case(rng):
     kmax = max(K for _, K in shapes)
     slot = 16 * -(-2 * kmax * int(rng.integers(1, 4)) // 16) + 16 * int(rng.integers(0, 3))
     stages = int(rng.integers(1, 5))
-    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 16))  # | 4 pairs, | 8 mma
+    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 8))  # | 4: chunks in pairs
     p = Program("persist_probe")
     args = [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"), Ref("step"),
             Ref("marks") if rng.integers(0, 2) else Null(), Ref("ns"), slot, kmax, flag,
@@ -239,8 +239,5 @@ def persist_probe_case(rng):
         "cnt": Buffer(np.array([[(epoch - 1) * G, epoch - 1]] * nops, np.uint32).reshape(-1), "u32"),
         "step": Buffer(np.array([epoch], np.uint32), "u32"),
         "marks": poison(8 * nops * G, "u64"), "ns": poison(2 * G, "u64"), "ll": poison(n_act, "u64")},
-        # flag & 8 (tensor cores) sums in the mma's order: a bf16 rounding may differ from the twin's
-        # and carry down the chain; the LL words' values then differ too (act holds the same ones)
-        {"act": Check(0.03, 0.03), "cnt": Check()} if flag & 8 else {"act": Check(), "cnt": Check(), "ll": Check()},
-        reference=reference,
+        {"act": Check(), "cnt": Check(), "ll": Check()}, reference=reference,
         notes=f"G {G} warps {cw}+1 shapes {shapes} slot {slot} stages {stages} epoch {epoch} twice {twice} flag {flag}")

@@ -259,9 +259,8 @@ def persist_ops(shapes, k0: int) -> tuple[np.ndarray, int, int]:
 def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slot, kmax, flag, ll):
     """Every op in order (the counters' handover is what makes the GPU's order this one); the
     counters and flags end one epoch on (flags only under handover (``flag & 3``) 1-2; under 3 the
-    outputs' LL words carry the epoch instead; ``flag & 4``, chunks two at a time, sums the same; ``flag & 8``, tensor cores, sums the same values
-    in the mma's order, so a GPU output may differ from this one by a bf16 rounding; ``flag & 16``
-    (no weight stream) leaves garbage on the GPU, and the formula's outputs here); no clock (times 0). A counter not at (epoch - 1) * G, a flag
+    outputs' LL words carry the epoch instead; ``flag & 4``, chunks two at a time, sums the same; ``flag & 16`` (no
+    weight stream) leaves garbage on the GPU, and the formula's outputs here); no clock (times 0). A counter not at (epoch - 1) * G, a flag
     not at epoch - 1 or an LL word already of this epoch at launch would hang or race on the GPU,
     so it is an error here."""
     G = grid[0]
