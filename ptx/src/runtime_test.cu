@@ -506,8 +506,10 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   time, each warp a row of both in flight (the same sums; a 16-row chunk gives 16 warps a row
 //   each otherwise); flag & 16: the loader copies nothing (it only completes each stage's
 //   barrier), so the rows use whatever the stages held: outputs are garbage; a control for what
-//   the stream costs. (Session 40 measured and removed flag & 8, rows on tensor cores from these
-//   unpadded rows, and flag & 32, a loader sleeping between polls: BENCHMARKS.)
+//   the stream costs; flag & 32: quiet handovers, the loader issues no copy while its CTA reads
+//   an op's x (thread 0 raises a shared flag before the read, lowers it after). (Session 40
+//   measured and removed rows on tensor cores from these unpadded rows, and a loader sleeping
+//   between its polls: BENCHMARKS.)
 //   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
 //   1 to the arrival counter cnt[2j]. flag 0: op j + 1's thread 0 polls that counter (acquire)
 //   until it reaches epoch * G (132 pollers on the line the arrivals serialise on); flag 1: the
@@ -621,6 +623,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                                          unsigned int kmax, unsigned int flag,
                                          unsigned long long* ll) { FG_KERNEL_BEGIN();
     __shared__ __align__(8) unsigned long long full[PERSIST_MAX_STAGES], empty[PERSIST_MAX_STAGES];
+    __shared__ volatile unsigned int quiet;  // flag & 32: 1 while the compute warps read an op's x
     extern __shared__ __align__(16) unsigned char persist_smem[];
     const unsigned long long t0 = persist_now();
     unsigned int dyn;
@@ -632,6 +635,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
     const unsigned int G = gridDim.x, b = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const unsigned int ring = (unsigned int)__cvta_generic_to_shared(persist_smem) + xbytes;
     if (threadIdx.x == 0) {
+        quiet = 0;
         for (unsigned int s = 0; s < stages; ++s) {
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"((unsigned int)__cvta_generic_to_shared(&full[s])));
             asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((unsigned int)__cvta_generic_to_shared(&empty[s])),
@@ -654,6 +658,8 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                     if (use > 0) persist_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
                     const unsigned int bytes = 2 * K * min(per, r1 - r);
                     const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&full[s]);
+                    if (flag & 32)  // quiet handovers: no new copy while this CTA waits for its x
+                        while (quiet) __nanosleep(32);
                     if (flag & 16) {  // no stream: the stage keeps what it held (a compute-only control)
                         asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
                     } else {
@@ -685,6 +691,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                 if (spins == (1u << 22)) __trap();  // seconds: a CTA that never arrives (not resident)
             }
         }
+        if ((flag & 32) && j > 0 && threadIdx.x == 0) quiet = 1;
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         if (marks && threadIdx.x == 0) marks[(size_t)8 * j * G + b] = persist_now();
         if (hand == 3 && j > 0) {  // LL: pairs of words, four a thread in flight, re-read until all carry the epoch
@@ -718,6 +725,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
             for (unsigned int i = threadIdx.x; i < K / 8; i += nthreads) xs[i] = __ldcg(x4 + i);
         }
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+        if ((flag & 32) && threadIdx.x == 0) quiet = 0;
         unsigned int r0, r1;
         persist_rows(b, G, N, r0, r1);
         const unsigned int per = slot / (2 * K);
