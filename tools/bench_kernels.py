@@ -29,7 +29,7 @@ same probe ran just before), per KB: the price of the decode kernels' 20-60 KB o
 completed) against a flag its last CTA publishes (successors launched early, polling), over
 chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
 [--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
-count flag ll] [--persist-pairs 0 1] [--persist-control none nostream nomarks quiet]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
+count flag ll] [--persist-pairs 0 1] [--persist-control none nostream nomarks quiet evict quiet+evict]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
 launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
 shared-memory stages, ops handed over by global counters) against the decode graph's launches
 of the same shapes, with each op's handover, work and arrival from in-kernel marks.
@@ -256,7 +256,7 @@ PERSIST_HANDOFFS = ("count", "flag", "flag-nofence", "ll")  # persist_probe's fl
 
 def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
                   graph: bool = True, flag: int = 0, pairs: bool = False, nostream: bool = False,
-                  marks: bool = True, quiet: bool = False) -> list[dict]:
+                  marks: bool = True, quiet: bool = False, evict: bool = False) -> list[dict]:
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
@@ -265,7 +265,8 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     words carry the epoch and the next op polls them as its x; ``pairs``: the compute warps take
     an op's chunks two at a time, a row of each a warp in flight; ``nostream``: the loader copies nothing, a compute-only control whose outputs are not
     checked; ``marks`` False: no in-kernel marks, the step time alone; ``quiet``: the loader issues
-    nothing while its CTA reads an op's x), and, with ``graph``, the decode
+    nothing while its CTA reads an op's x; ``evict``: the weight copies under an evict-first L2
+    policy), and, with ``graph``, the decode
     graph's own launches of the same shapes (norm + qkv, o_proj, norm + gate_up + SiLU, down; PDL
     edges). Per step: µs, µs a layer, the in-kernel marks' split of each op (the caller adds the
     share of the copy bandwidth); the probe's outputs are checked bit for bit against its twin's
@@ -303,7 +304,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     prog.launch("handoff_probe", (1,), (32,), [Null(), Null(), 0, Null(), Null(), Null(), Ref("step"), 1, Null()])
     prog.launch("persist_probe", (G,), (32 * (warps + 1),), [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"),
                                                              Ref("step"), Ref("marks") if marks else Null(), Ref("ns"), slot, kmax,
-                                                             flag | 4 * pairs | 16 * nostream | 32 * quiet,
+                                                             flag | 4 * pairs | 16 * nostream | 32 * quiet | 64 * evict,
                                                              Ref("ll") if flag == 3 else Null()],
                 shared=xbytes + stages * slot)
     r = time_program(dev, prog, arena, 1, smoke, free=False)
@@ -314,7 +315,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         if not np.array_equal(persist_gemv(W, bf16.to_f32(got[i:i + K])), got[o:o + N]):
             raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
     out = []
-    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' pairs' * pairs}{' nostream' * nostream}{' nomarks' * (not marks)}{' quiet' * quiet}"
+    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' pairs' * pairs}{' nostream' * nostream}{' nomarks' * (not marks)}{' quiet' * quiet}{' evict' * evict}"
     if not smoke and marks:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
         marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 8, G)
@@ -600,9 +601,10 @@ def main() -> int:
     ap.add_argument("--persist-slot-kb", type=int, nargs="+", default=[16], help="persist probe: KiB a ring stage")
     ap.add_argument("--persist-pairs", type=int, nargs="+", default=[0], choices=(0, 1),
                     help="persist probe: 1 has each compute warp take a row of two chunks at once")
-    ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks", "quiet"),
+    ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks", "quiet", "evict", "quiet+evict"),
                     help="persist probe: also run with the loader copying nothing (compute only, outputs "
-                    "unchecked), without the in-kernel marks, or with quiet handovers (no copy issued while a CTA reads x)")
+                    "unchecked), without the in-kernel marks, with quiet handovers (no copy issued while a CTA reads x), with the weights under an "
+                    "evict-first L2 policy, or both")
     ap.add_argument("--persist-handoff", nargs="+", default=["count"], choices=PERSIST_HANDOFFS,
                     help="persist probe: ops handed over by a polled counter, a published flag, a flag "
                     "whose arrival has no fence before it, or LL words (value and epoch in one 8-byte store)")
@@ -638,7 +640,7 @@ def main() -> int:
         rows += [bench_handoff(dev, 2, m, True, rng) for m in ("pdl", "flag")]
         rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng)
         rows += bench_persist(dev, "qwen3-0.6b", 2, True, rng, graph=False, flag=PERSIST_HANDOFFS.index("ll"), pairs=True,
-                              quiet=True)
+                              quiet=True, evict=True)
         rows.append(bench_handoff(dev, 2, "pdl", True, rng, cluster=2, alternate=True, smem=(1024, 2048)))
         print(f"smoke ok: {len(rows)} programs ran on the reference backend")
         return 0
@@ -684,7 +686,7 @@ def main() -> int:
             for n, (warps, kb, h, x, c) in enumerate(combos):
                 rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0,
                                       flag=PERSIST_HANDOFFS.index(h), pairs=bool(x), nostream=c == "nostream",
-                                      marks=c != "nomarks", quiet=c == "quiet")
+                                      marks=c != "nomarks", quiet="quiet" in c, evict="evict" in c)
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)

@@ -507,7 +507,8 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   each otherwise); flag & 16: the loader copies nothing (it only completes each stage's
 //   barrier), so the rows use whatever the stages held: outputs are garbage; a control for what
 //   the stream costs; flag & 32: quiet handovers, the loader issues no copy while its CTA reads
-//   an op's x (thread 0 raises a shared flag before the read, lowers it after). (Session 40
+//   an op's x (thread 0 raises a shared flag before the read, lowers it after); flag & 64: the
+//   weight copies under an evict-first L2 policy (the decode GEMVs' default). (Session 40
 //   measured and removed rows on tensor cores from these unpadded rows, and a loader sleeping
 //   between its polls: BENCHMARKS.)
 //   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
@@ -662,6 +663,12 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                         while (quiet) __nanosleep(32);
                     if (flag & 16) {  // no stream: the stage keeps what it held (a compute-only control)
                         asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+                    } else if (flag & 64) {  // the weights under an evict-first L2 policy (gemm.cuh's immediate)
+                        probe_mbar_expect(bar, bytes);
+                        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                                     " [%0], [%1], %2, [%3], %4;"
+                                     ::"r"(ring + s * slot), "l"(src), "r"(bytes), "r"(bar), "l"(0x12F0000000000000ull)
+                                     : "memory");
                     } else {
                         probe_mbar_expect(bar, bytes);
                         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"

@@ -201,7 +201,7 @@ def persist_probe_case(rng):
     kmax = max(K for _, K in shapes)
     slot = 16 * -(-2 * kmax * int(rng.integers(1, 4)) // 16) + 16 * int(rng.integers(0, 3))
     stages = int(rng.integers(1, 5))
-    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 8)) | 32 * int(rng.integers(0, 2))  # | 4 pairs, | 32 quiet
+    epoch, twice, flag = int(rng.integers(1, 4)), bool(rng.integers(0, 2)), int(rng.integers(0, 8)) | 32 * int(rng.integers(0, 4))  # | 4 pairs, | 32 quiet, | 64 evict-first
     p = Program("persist_probe")
     args = [Ref("w"), Ref("act"), Ref("ops"), len(shapes), Ref("cnt"), Ref("step"),
             Ref("marks") if rng.integers(0, 2) else Null(), Ref("ns"), slot, kmax, flag,

@@ -261,7 +261,7 @@ def persist_probe(mem, grid, block, w, act, ops, nops, cnt, step, marks, ns, slo
     counters and flags end one epoch on (flags only under handover (``flag & 3``) 1-2; under 3 the
     outputs' LL words carry the epoch instead; ``flag & 4``, chunks two at a time, sums the same; ``flag & 16`` (no
     weight stream) leaves garbage on the GPU, and the formula's outputs here; ``flag & 32``, quiet
-    handovers, sums the same); no clock (times 0). A counter not at (epoch - 1) * G, a flag
+    handovers, and ``flag & 64``, evict-first weight copies, sum the same); no clock (times 0). A counter not at (epoch - 1) * G, a flag
     not at epoch - 1 or an LL word already of this epoch at launch would hang or race on the GPU,
     so it is an error here."""
     G = grid[0]
