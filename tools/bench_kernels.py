@@ -29,7 +29,7 @@ same probe ran just before), per KB: the price of the decode kernels' 20-60 KB o
 completed) against a flag its last CTA publishes (successors launched early, polling), over
 chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
 [--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
-count flag ll] [--persist-pairs 0 1] [--persist-control none nostream nomarks quiet evict quiet+evict]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
+count flag ll] [--persist-pairs 0 1] [--persist-control none nostream nomarks quiet evict quiet+evict] [--persist-stages 32 3]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
 launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
 shared-memory stages, ops handed over by global counters) against the decode graph's launches
 of the same shapes, with each op's handover, work and arrival from in-kernel marks.
@@ -256,7 +256,7 @@ PERSIST_HANDOFFS = ("count", "flag", "flag-nofence", "ll")  # persist_probe's fl
 
 def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8, slot_kb: int = 16,
                   graph: bool = True, flag: int = 0, pairs: bool = False, nostream: bool = False,
-                  marks: bool = True, quiet: bool = False, evict: bool = False) -> list[dict]:
+                  marks: bool = True, quiet: bool = False, evict: bool = False, max_stages: int = 32) -> list[dict]:
     """A decode step's GEMVs (GEMV_SHAPES[model] x ``layers``, each op reading the first K of the
     op before's output) two ways, on fresh weights each: one persist_probe launch (one CTA per
     SM, a loader warp streaming every op's rows through a ring of ``slot_kb`` KiB stages, ops
@@ -266,7 +266,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     an op's chunks two at a time, a row of each a warp in flight; ``nostream``: the loader copies nothing, a compute-only control whose outputs are not
     checked; ``marks`` False: no in-kernel marks, the step time alone; ``quiet``: the loader issues
     nothing while its CTA reads an op's x; ``evict``: the weight copies under an evict-first L2
-    policy), and, with ``graph``, the decode
+    policy; ``max_stages``: at most this many ring stages, fewer bytes in flight per SM), and, with ``graph``, the decode
     graph's own launches of the same shapes (norm + qkv, o_proj, norm + gate_up + SiLU, down; PDL
     edges). Per step: µs, µs a layer, the in-kernel marks' split of each op (the caller adds the
     share of the copy bandwidth); the probe's outputs are checked bit for bit against its twin's
@@ -277,7 +277,7 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     slot = max(slot_kb << 10, 16 * -(-2 * kmax // 16))
     xbytes = 16 * -(-2 * kmax // 16)
     smem = int(dev.properties().get("max_shared_per_block_optin", 232448)) - 1024  # the static mbarriers' room
-    stages = 2 if smoke else min(32, (smem - xbytes) // slot)
+    stages = 2 if smoke else min(32, max_stages, (smem - xbytes) // slot)
     table, wbytes, n_act = persist_ops(shapes, shapes[0][1])
     wsum = sum(N * K * 2 for N, K in shapes)
     plan = ArenaPlan()
@@ -599,6 +599,8 @@ def main() -> int:
     ap.add_argument("--persist-layers", type=int, default=28, help="persist probe: layers a step")
     ap.add_argument("--persist-warps", type=int, nargs="+", default=[8], help="persist probe: compute warps a CTA")
     ap.add_argument("--persist-slot-kb", type=int, nargs="+", default=[16], help="persist probe: KiB a ring stage")
+    ap.add_argument("--persist-stages", type=int, nargs="+", default=[32],
+                    help="persist probe: at most this many ring stages (default: as many as shared memory holds)")
     ap.add_argument("--persist-pairs", type=int, nargs="+", default=[0], choices=(0, 1),
                     help="persist probe: 1 has each compute warp take a row of two chunks at once")
     ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks", "quiet", "evict", "quiet+evict"),
@@ -681,12 +683,14 @@ def main() -> int:
                                      flush_blocks=blocks))
     if "persist" in only:
         for model in args.persist_model:
-            combos = [(w, k, h, x, c) for w in args.persist_warps for k in args.persist_slot_kb
-                      for h in args.persist_handoff for x in args.persist_pairs for c in args.persist_control]
-            for n, (warps, kb, h, x, c) in enumerate(combos):
+            combos = [(w, k, h, x, c, st) for w in args.persist_warps for k in args.persist_slot_kb
+                      for h in args.persist_handoff for x in args.persist_pairs for c in args.persist_control
+                      for st in args.persist_stages]
+            for n, (warps, kb, h, x, c, st) in enumerate(combos):
                 rows += bench_persist(dev, model, args.persist_layers, False, rng, warps, kb, graph=n == 0,
                                       flag=PERSIST_HANDOFFS.index(h), pairs=bool(x), nostream=c == "nostream",
-                                      marks=c != "nomarks", quiet="quiet" in c, evict="evict" in c)
+                                      marks=c != "nomarks", quiet="quiet" in c, evict="evict" in c,
+                                      max_stages=st)
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)
