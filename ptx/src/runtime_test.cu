@@ -506,8 +506,8 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   time, each warp a row of both in flight (the same sums; a 16-row chunk gives 16 warps a row
 //   each otherwise); flag & 16: the loader copies nothing (it only completes each stage's
 //   barrier), so the rows use whatever the stages held: outputs are garbage; a control for what
-//   the stream costs; flag & 32: quiet handovers, the loader issues no copy while its CTA reads
-//   an op's x (thread 0 raises a shared flag before the read, lowers it after); flag & 64: the
+//   the stream costs; flag & 32: quiet handovers, the loader issues no copy from when thread 0
+//   releases an op's last stages until its CTA has read the next op's x (a shared flag); flag & 64: the
 //   weight copies under an evict-first L2 policy (the decode GEMVs' default). (Session 40
 //   measured and removed rows on tensor cores from these unpadded rows, and a loader sleeping
 //   between its polls: BENCHMARKS.)
@@ -624,7 +624,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                                          unsigned int kmax, unsigned int flag,
                                          unsigned long long* ll) { FG_KERNEL_BEGIN();
     __shared__ __align__(8) unsigned long long full[PERSIST_MAX_STAGES], empty[PERSIST_MAX_STAGES];
-    __shared__ volatile unsigned int quiet;  // flag & 32: 1 while the compute warps read an op's x
+    __shared__ volatile unsigned int quiet;  // flag & 32: 1 from an op's last release until the next op's x is read
     extern __shared__ __align__(16) unsigned char persist_smem[];
     const unsigned long long t0 = persist_now();
     unsigned int dyn;
@@ -772,6 +772,9 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                 }
             }
             __syncwarp();
+            // quiet handovers: raised before thread 0 releases the op's last stages, so their refills
+            // wait until this CTA has read the next op's x (a stage is free only once warp 0 arrived)
+            if ((flag & 32) && threadIdx.x == 0 && r + nc * per >= r1) quiet = 1;
             for (unsigned int c = 0; c < nc && lane == 0; ++c)
                 asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
                              ::"r"((unsigned int)__cvta_generic_to_shared(&empty[c ? s2 : s])) : "memory");
