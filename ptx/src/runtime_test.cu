@@ -496,19 +496,19 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   by fma for e = 0..7 in that order; the lane's sum is (c0 + c1) + (c2 + c3), the lanes are
 //   summed by a shfl_xor tree (16, 8, 4, 2, 1), and lane 0 stores the bf16 (round to nearest).
 //   Warps (at most 17: launch bounds of 544 threads): blockDim / 32 - 1 compute warps (>= 1) and
-//   the last one, whose lane 0 streams the
-//   CTA's rows of every op, in op order, in chunks of whole rows of at most `slot` bytes, into
-//   (dynamic shared memory - 2 kmax bytes) / slot stages (at most PERSIST_MAX_STAGES) by
-//   cp.async.bulk; a stage is refilled once every compute warp has released it. The first 2 kmax
-//   bytes of dynamic shared memory hold the op's x. The loader starts before the PDL wait
-//   (weights are constants); the compute warps wait, then read epoch = *step.
+//   the last one, whose lane 0 streams the CTA's rows of every op, in op order, in chunks of whole
+//   rows of at most `slot` bytes, into (dynamic shared memory - 2 kmax bytes) / slot stages (at
+//   most PERSIST_MAX_STAGES) by cp.async.bulk; a stage is refilled once every compute warp has
+//   released it. The first 2 kmax bytes of dynamic shared memory hold the op's x. The loader
+//   starts before the PDL wait (weights are constants); the compute warps wait, then read epoch =
+//   *step.
 //   flag & 3 picks the handover; flag & 4 has the compute warps take an op's chunks two at a
 //   time, each warp a row of both in flight (the same sums; a 16-row chunk gives 16 warps a row
 //   each otherwise); flag & 16: the loader copies nothing (it only completes each stage's
 //   barrier), so the rows use whatever the stages held: outputs are garbage; a control for what
 //   the stream costs; flag & 32: quiet handovers, the loader issues no copy from when thread 0
-//   releases an op's last stages until its CTA has read the next op's x (a shared flag); flag & 64: the
-//   weight copies under an evict-first L2 policy (the decode GEMVs' default). (Session 40
+//   releases an op's last stages until its CTA has read the next op's x (a shared flag); flag &
+//   64: the weight copies under an evict-first L2 policy (the decode GEMVs' default). (Session 40
 //   measured and removed rows on tensor cores from these unpadded rows, and a loader sleeping
 //   between its polls: BENCHMARKS.)
 //   Handover: after an op's stores, a barrier of the compute warps, then thread 0 fences and adds
