@@ -29,9 +29,10 @@ same probe ran just before), per KB: the price of the decode kernels' 20-60 KB o
 completed) against a flag its last CTA publishes (successors launched early, polling), over
 chains of 64-396 CTAs a grid that each read what the grid before wrote. ``--only persist
 [--persist-model qwen3-0.6b] [--persist-warps 8 16] [--persist-slot-kb 16 32] [--persist-handoff
-count flag ll] [--persist-pairs 0 1] [--persist-control none nostream nomarks quiet evict quiet+evict] [--persist-stages 32 3]``: a decode step's GEMVs (a model's four shapes x 28 layers) as one persistent
-launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows through a ring of
-shared-memory stages, ops handed over by global counters) against the decode graph's launches
+count flag ll] [--persist-pairs 0 1] [--persist-control none nostream nomarks quiet evict
+quiet+evict] [--persist-stages 32 3]``: a decode step's GEMVs (a model's four shapes x 28 layers)
+as one persistent launch (persist_probe: one CTA an SM, a loader warp streaming every op's rows
+through a ring of shared-memory stages, ops handed over by global counters or LL words) against the decode graph's launches
 of the same shapes, with each op's handover, work and arrival from in-kernel marks.
 """
 from __future__ import annotations
@@ -263,11 +264,12 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
     handed over as PERSIST_HANDOFFS[flag] says: 0, a polled arrival counter; 1, a flag the last
     arriver publishes; 2, the same without the arrival's fence; 3, no counter: the outputs' LL
     words carry the epoch and the next op polls them as its x; ``pairs``: the compute warps take
-    an op's chunks two at a time, a row of each a warp in flight; ``nostream``: the loader copies nothing, a compute-only control whose outputs are not
-    checked; ``marks`` False: no in-kernel marks, the step time alone; ``quiet``: the loader issues
-    nothing while its CTA reads an op's x; ``evict``: the weight copies under an evict-first L2
-    policy; ``max_stages``: at most this many ring stages, fewer bytes in flight per SM), and, with ``graph``, the decode
-    graph's own launches of the same shapes (norm + qkv, o_proj, norm + gate_up + SiLU, down; PDL
+    an op's chunks two at a time, a row of each a warp in flight; ``nostream``: the loader copies
+    nothing, a compute-only control whose outputs are not checked; ``marks`` False: no in-kernel
+    marks, the step time alone; ``quiet``: the loader issues nothing from an op's last release
+    until its CTA has read the next op's x; ``evict``: the weight copies under an evict-first L2
+    policy; ``max_stages``: at most this many ring stages, fewer bytes in flight per SM), and,
+    with ``graph``, the decode graph's own launches of the same shapes (norm + qkv, o_proj, norm + gate_up + SiLU, down; PDL
     edges). Per step: µs, µs a layer, the in-kernel marks' split of each op (the caller adds the
     share of the copy bandwidth); the probe's outputs are checked bit for bit against its twin's
     formula on the first layer's ops and the last op."""
@@ -315,7 +317,8 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         if not np.array_equal(persist_gemv(W, bf16.to_f32(got[i:i + K])), got[o:o + N]):
             raise RuntimeError(f"persist_probe ({model}): op {j}'s output differs from its formula")
     out = []
-    label = f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' pairs' * pairs}{' nostream' * nostream}{' nomarks' * (not marks)}{' quiet' * quiet}{' evict' * evict}"
+    label = (f"{model} x{layers} {warps}+1w {slot >> 10}K x{stages} {PERSIST_HANDOFFS[flag]}{' pairs' * pairs}"
+             f"{' nostream' * nostream}{' nomarks' * (not marks)}{' quiet' * quiet}{' evict' * evict}")
     if not smoke and marks:
         ns = arena.read("ns").astype(np.int64).reshape(G, 2)
         marks = arena.read("marks").astype(np.int64).reshape(len(shapes), 8, G)
@@ -337,26 +340,29 @@ def bench_persist(dev, model: str, layers: int, smoke: bool, rng, warps: int = 8
         last = marks.max(axis=1)  # each op's last arrival; an op's time: from the op before's
         op_us = ([float(np.median(np.diff(last)[(p - 1) % per::per])) / 1e3 for p in range(per)]
                  if layers > 1 else [])
+
+        def per_op(v, with_rows=True):  # µs medians of v [op][cta] for each of a layer's ops
+            return [float(np.median(v[p::per][rows[p::per]] if with_rows else v[p::per])) / 1e3 for p in range(per)]
+
         out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r, "span_us": span / 1e3,
                     "layer_us_median": float(np.median(layer_ns)) / 1e3 if len(layer_ns) else float("nan"),
                     "op_us_median": op_us,
                     "handover_ns_median": float(np.median(handover)) if len(handover) else 0.0,
                     "spread_ns_median": (float(np.median(passed[1:].max(axis=1) - passed[1:].min(axis=1)))
                                          if len(handover) else 0.0),
-                    "work_us_median": [float(np.median(work[p::per])) / 1e3 for p in range(per)],
-                    "late_us_median": [float(np.median(late[p::per][rows[p::per]])) / 1e3 for p in range(per)],
-                    "ahead_us_median": [float(np.median(ahead[p::per][rows[p::per]])) / 1e3 for p in range(per)],
-                    "rows_us_median": [float(np.median((done - ready)[p::per][rows[p::per]])) / 1e3 for p in range(per)],
-                    # of which thread 0 waited for chunks after the first (its first wait is in late_us)
-                    "row_us_median": [float(np.median(row_ns[p::per][rows[p::per]])) / 1e3 for p in range(per)],
+                    "work_us_median": per_op(work, False),
+                    "late_us_median": per_op(late),
+                    "ahead_us_median": per_op(ahead),
+                    "rows_us_median": per_op(done - ready),
+                    "row_us_median": per_op(row_ns),  # thread 0's first row
                     "sm_ghz_median": float(np.median(row_clk[rows] / np.maximum(row_ns[rows], 1))),
-                    "stream_wait_us_median": [float(np.median(waited[p::per][rows[p::per]])) / 1e3 for p in range(per)],
-                    "arrive_us_median": [float(np.median((marks - done)[p::per])) / 1e3 for p in range(per)]})
-        dev.free(arena.base)
+                    # of the rows, thread 0's wait for chunks after the first (its first wait is in late_us)
+                    "stream_wait_us_median": per_op(waited),
+                    "arrive_us_median": per_op(marks - done, False)})
     else:
         out.append({"kernel": "persist", "shape": label, "bytes": wsum, **r})
-        if not smoke:
-            dev.free(arena.base)
+    if not smoke:
+        dev.free(arena.base)
     if not graph:
         return out
     # the decode graph's launches of the same shapes, each layer's weights their own
@@ -603,10 +609,12 @@ def main() -> int:
                     help="persist probe: at most this many ring stages (default: as many as shared memory holds)")
     ap.add_argument("--persist-pairs", type=int, nargs="+", default=[0], choices=(0, 1),
                     help="persist probe: 1 has each compute warp take a row of two chunks at once")
-    ap.add_argument("--persist-control", nargs="+", default=["none"], choices=("none", "nostream", "nomarks", "quiet", "evict", "quiet+evict"),
+    ap.add_argument("--persist-control", nargs="+", default=["none"],
+                    choices=("none", "nostream", "nomarks", "quiet", "evict", "quiet+evict"),
                     help="persist probe: also run with the loader copying nothing (compute only, outputs "
-                    "unchecked), without the in-kernel marks, with quiet handovers (no copy issued while a CTA reads x), with the weights under an "
-                    "evict-first L2 policy, or both")
+                    "unchecked), without the in-kernel marks, with quiet handovers (no copy issued from an op's "
+                    "last release until the next op's x is read), with the weights under an evict-first L2 "
+                    "policy, or both")
     ap.add_argument("--persist-handoff", nargs="+", default=["count"], choices=PERSIST_HANDOFFS,
                     help="persist probe: ops handed over by a polled counter, a published flag, a flag "
                     "whose arrival has no fence before it, or LL words (value and epoch in one 8-byte store)")

@@ -659,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                     if (use > 0) persist_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
                     const unsigned int bytes = 2 * K * min(per, r1 - r);
                     const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&full[s]);
-                    if (flag & 32)  // quiet handovers: no new copy while this CTA waits for its x
+                    if (flag & 32)  // quiet handovers: no new copy until this CTA has read the next op's x
                         while (quiet) __nanosleep(32);
                     if (flag & 16) {  // no stream: the stage keeps what it held (a compute-only control)
                         asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
@@ -698,7 +698,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                 if (spins == (1u << 22)) __trap();  // seconds: a CTA that never arrives (not resident)
             }
         }
-        if ((flag & 32) && j > 0 && threadIdx.x == 0) quiet = 1;
+        if ((flag & 32) && j > 0 && threadIdx.x == 0) quiet = 1;  // also when op j - 1 had no rows here
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         if (marks && threadIdx.x == 0) marks[(size_t)8 * j * G + b] = persist_now();
         if (hand == 3 && j > 0) {  // LL: pairs of words, four a thread in flight, re-read until all carry the epoch
