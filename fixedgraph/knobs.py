@@ -72,6 +72,8 @@ KNOBS: tuple[Knob, ...] = (
          "fixedgraph.ops.gemv.narrow_mode"),
     Knob("FIXEDGRAPH_GEMV_CARVEOUT", "tuning", "default", "max: fully preloaded plain GEMVs ask for a 100% carveout",
          "fixedgraph.ops.gemv.preloaded_carveout"),
+    Knob("FIXEDGRAPH_MEGA", "tuning", "0", "1 runs batch-1 greedy decode steps as one persistent launch "
+         "(ptx/src/mega.cu) where the model fits it", "fixedgraph.models.dense.mega_wanted"),
     Knob("FIXEDGRAPH_ATTN_SWAP", "tuning", "3", "decode attention's heads-on-N entries: 3 _swp everywhere, 2 at "
          "d128's short entry only, 1 _sw, 0 never", "fixedgraph.ops.attention.choose_swap"),
     Knob("FIXEDGRAPH_ATTN_MAX_SPLITS", "tuning", "32", "the most splits a decode graph plans per (row, kv head)",

@@ -39,4 +39,6 @@ def load_weights(model: DenseDecoder, source: WeightSource, arena: Arena, progre
     if bar is not None:
         bar.close()
     arena.write("rope", rope_table(model.cfg, model.sizes.max_model_len).astype(np.float32))
+    for region, data in model.boot_tables(arena.plan).items():
+        arena.write(region, data)
     return total

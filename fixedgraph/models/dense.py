@@ -8,13 +8,14 @@ the launchers in ``fixedgraph.ops``; every address is a region of the one arena.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from fixedgraph.errors import UnsupportedModel
 from fixedgraph.layout import ArenaPlan
 from fixedgraph.models.config import ModelConfig
 from fixedgraph.models.meta import MetaLayout
-from fixedgraph.ops import act, argmax, attention, embed_norm, gemv, meta as meta_ops, rope_kv, sample
+from fixedgraph.ops import act, argmax, attention, embed_norm, gemv, mega, meta as meta_ops, rope_kv, sample
 from fixedgraph.ops.linear import linear
 from fixedgraph.program import HostPtr, Program, Ref
 
@@ -58,6 +59,14 @@ class Sizes:
         return -(-self.max_model_len // self.block_size)
 
 
+def mega_wanted() -> bool:
+    """FIXEDGRAPH_MEGA: 1 runs batch-1 greedy decode steps as one persistent launch (ptx/src/mega.cu)."""
+    v = os.environ.get("FIXEDGRAPH_MEGA", "0")
+    if v not in ("0", "1"):
+        raise ValueError(f"FIXEDGRAPH_MEGA must be 0 or 1, got {v!r}")
+    return v == "1"
+
+
 class DenseDecoder:
     def __init__(self, cfg: ModelConfig, sizes: Sizes) -> None:
         self.cfg, self.sizes = cfg, sizes
@@ -84,6 +93,9 @@ class DenseDecoder:
         self.splits = {(w, c): self._num_splits(w, c) for w in sizes.widths for c in self.ctx_buckets}
         layouts = list(self.decode_meta.values()) + list(self.prefill_meta.values())
         self.slot_bytes = (max(l.nbytes for l in layouts) + 255) // 256 * 256  # one staging slot
+        # The persistent decode step (ptx/src/mega.cu) for batch-1 greedy steps: FIXEDGRAPH_MEGA=1
+        # where the model fits it (mega.unsupported); otherwise the graph of launches.
+        self.mega = mega.shape_of(cfg, sizes.num_sms) if mega_wanted() and not mega.unsupported(cfg) else None
 
     # ---- arena ----------------------------------------------------------------------------
 
@@ -135,7 +147,25 @@ class DenseDecoder:
             p.add("scratch.head.count", (1,), "u32")
         for t in s.chunk_buckets:
             p.add(f"meta.prefill.{t}", (self.prefill_meta[t].nbytes,), "u8")
+        if self.mega is not None:
+            for name, (shape, dtype) in mega.arena_regions(self.mega).items():
+                p.add(name, shape, dtype)
         return p
+
+    def boot_tables(self, plan: ArenaPlan) -> dict[str, object]:
+        """Regions the loader writes once at boot besides the weights: the persistent decode
+        step's op table (its addresses are ``plan``'s offsets)."""
+        if self.mega is None:
+            return {}
+        c, w = self.cfg, self.sizes.widths[0]
+        layout = self.decode_meta[w]
+        fields = {f: layout.offset(f) for f in ("positions", "slot", "seq_len", "block_table", "step")}
+        table = mega.build_table(
+            self.mega, plan, meta_region=f"meta.decode.{w}", meta_fields=fields, counter="stage_counter",
+            hidden="hidden", logits="logits", tokens="tokens", rope="rope", block_size=self.sizes.block_size,
+            max_blocks=self.sizes.max_blocks, eps=c.rms_norm_eps, scale=self.scale, ring_len=self.sizes.ring_len,
+            qk_norm=c.qk_norm, bias=c.attention_bias, head="embed" if c.tie_word_embeddings else "lm_head")
+        return {"mega.table": table}
 
     def weight_targets(self) -> dict[str, tuple[str, int]]:
         """HF tensor name -> (region, row offset) where its rows go in the arena."""
@@ -302,6 +332,9 @@ class DenseDecoder:
             self._stage(prog, region, nbytes)
             embed_norm.embed_gather(prog, Ref("hidden"), Ref("embed"), Ref("tokens"), width, self.H, self.V,
                                     label="embed")
+        if self.mega is not None and width == 1 and not sampling:  # the whole step in one launch
+            mega.decode_mega(prog, Ref("embed"), Ref("mega.table"), HostPtr(RING), self.mega)
+            return
         cur = self._fused_layers(prog, width, mref, self.splits[(width, ctx)], first_late=fused_stage)
         head = Ref("embed") if self.cfg.tie_word_embeddings else Ref("lm_head")
         if self._fused_head and not sampling:  # final norm + lm_head + argmax in one launch

@@ -6,12 +6,6 @@
 #include "common_ops.cuh"
 #include "pdl.cuh"
 
-// HF's bf16 rounding: F.silu returns a bf16 tensor, and the product with up is rounded again.
-__device__ __forceinline__ float silu_mul_one(float g, float u) {
-    const float act = round_bf16(g / (1.0f + expf(-g)));  // expf(+big) = inf gives -0: fine
-    return act * u;
-}
-
 // out[r, i] = bf16(bf16(silu(gate_up[r, i])) * gate_up[r, I + i]) for i < I.
 // Rows stride over blockIdx.y and columns over blockIdx.x, so any 2-D grid covers everything
 // with no integer division; 16-byte accesses when I % 8 == 0 and both buffers are aligned.

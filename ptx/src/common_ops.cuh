@@ -67,6 +67,12 @@ __device__ __forceinline__ float round_bf16(float x) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
+// silu(g) * u with HF's bf16 rounding (act.cu, mega.cu): F.silu returns a bf16 tensor, and the product with up is rounded again.
+__device__ __forceinline__ float silu_mul_one(float g, float u) {
+    const float act = round_bf16(g / (1.0f + expf(-g)));  // expf(+big) = inf gives -0: fine
+    return act * u;
+}
+
 // Load/store N consecutive fp32 (N in {1, 2, 4}); the caller guarantees 4*N-byte alignment.
 template <int N>
 __device__ __forceinline__ void load_f32(const float* p, float (&v)[N]) {

@@ -2,6 +2,7 @@
 // reductions, a deliberate fault). The runtime tests and `fixedgraph doctor` launch them.
 #include <stdint.h>
 #include "pdl.cuh"
+#include "stream.cuh"
 
 // dst[i] = src[i] for i < n.  dst, src: [n] f32.  Grid-stride, any grid.
 extern "C" __global__ void copy_f32(float* __restrict__ dst, const float* __restrict__ src,
@@ -116,24 +117,6 @@ extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
 //         sessions 37-38).
 #define STAGE_PROBE_MAX_CHUNKS 64
 
-// The probes' mbarrier steps (shared-memory address bar): init for one arrival, the fences that
-// make the inits visible to the async proxy (once after them all), the arrival that expects
-// `bytes` of bulk copies, and the spin until phase 0 completes.
-__device__ __forceinline__ void probe_mbar_init(unsigned int bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void probe_mbar_fence() {
-    asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void probe_mbar_expect(unsigned int bar, unsigned int bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void probe_mbar_wait0(unsigned int bar) {
-    unsigned int done = 0;
-    while (!done)
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
-                     " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
-}
 extern __shared__ __align__(128) unsigned char stage_probe_smem[];
 
 extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, unsigned long long* __restrict__ ns,
@@ -155,34 +138,34 @@ extern "C" __global__ void stage_probe(const unsigned char* __restrict__ src, un
         return;
     if (mode == 0) {
         if (threadIdx.x == 0) {
-            for (unsigned int c = 0; c < nchunks; ++c) probe_mbar_init((unsigned int)__cvta_generic_to_shared(&bars[c]));
-            probe_mbar_fence();
+            for (unsigned int c = 0; c < nchunks; ++c) mbar_init1((unsigned int)__cvta_generic_to_shared(&bars[c]));
+            mbar_init_fence();
         }
         __syncthreads();
         if (threadIdx.x < issuers) {
             for (unsigned int c = threadIdx.x; c < nchunks; c += issuers) {
                 const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[c]);
                 const unsigned int n = min(chunk, bytes - c * chunk);
-                probe_mbar_expect(bar, n);
+                mbar_expect(bar, n);
                 asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                              ::"r"(dst + c * chunk), "l"(base + (size_t)c * chunk), "r"(n), "r"(bar) : "memory");
             }
         }
         for (unsigned int c = 0; c < nchunks; ++c)  // every thread waits for every chunk
-            probe_mbar_wait0((unsigned int)__cvta_generic_to_shared(&bars[c]));
+            mbar_wait0((unsigned int)__cvta_generic_to_shared(&bars[c]));
     } else if (mode == 4) {
         const unsigned char* rows = src + (size_t)blockIdx.x * (bytes / 256) * chunk;
         const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&bars[0]);
         if (threadIdx.x == 0) {  // the whole tile's bytes expected before any copy is issued
-            probe_mbar_init(bar);
-            probe_mbar_fence();
-            probe_mbar_expect(bar, bytes);
+            mbar_init1(bar);
+            mbar_init_fence();
+            mbar_expect(bar, bytes);
         }
         __syncthreads();
         for (unsigned int r = threadIdx.x; r < bytes / 256; r += blockDim.x)
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];"
                          ::"r"(dst + r * dstride), "l"(rows + (size_t)r * chunk), "r"(bar) : "memory");
-        probe_mbar_wait0(bar);
+        mbar_wait0(bar);
     } else if (mode == 3) {
         const unsigned char* rows = src + (size_t)blockIdx.x * (bytes / 256) * chunk;
         for (unsigned int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
@@ -246,8 +229,8 @@ extern "C" __global__ void l2_hol_probe(const unsigned char* __restrict__ src, c
     const unsigned int b = (unsigned int)__cvta_generic_to_shared(&bar);
     const bool bulk = mode == 1 && inflight > 0 && inflight % 16 == 0;
     if (bulk && threadIdx.x == 0) {
-        probe_mbar_init(b);
-        probe_mbar_fence();
+        mbar_init1(b);
+        mbar_init_fence();
     }
     __syncthreads();
     unsigned long long ti;
@@ -257,7 +240,7 @@ extern "C" __global__ void l2_hol_probe(const unsigned char* __restrict__ src, c
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + i), "l"(base + i) : "memory");
         asm volatile("cp.async.commit_group;" ::: "memory");
     } else if (bulk && threadIdx.x == 0) {
-        probe_mbar_expect(b, inflight);
+        mbar_expect(b, inflight);
         for (unsigned int c = 0; c < inflight; c += 16384) {
             const unsigned int n = min(16384u, inflight - c);
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -274,7 +257,7 @@ extern "C" __global__ void l2_hol_probe(const unsigned char* __restrict__ src, c
     if (mode == 0) {
         asm volatile("cp.async.wait_all;" ::: "memory");
     } else if (bulk) {
-        probe_mbar_wait0(b);
+        mbar_wait0(b);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -540,72 +523,6 @@ extern "C" __global__ void handoff_probe(const float* in, float* out, unsigned n
 //   after seconds rather than hang), slot % 16 == 0 and 2 K <= slot for every op, kmax >= every K;
 //   otherwise (stages < 1 or > PERSIST_MAX_STAGES) every CTA returns at once.
 #define PERSIST_MAX_STAGES 32
-__device__ __forceinline__ void persist_wait_parity(unsigned int bar, unsigned int parity) {
-    asm volatile("{\n .reg .pred p;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 " @!p bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-
-__device__ __forceinline__ float persist_bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float persist_bf16_hi(unsigned int w) { return __uint_as_float(w & 0xFFFF0000u); }
-__device__ __forceinline__ void persist_fma8(float& acc, uint4 a, uint4 x) {  // elements 0..7 in order
-    acc = fmaf(persist_bf16_lo(a.x), persist_bf16_lo(x.x), acc);
-    acc = fmaf(persist_bf16_hi(a.x), persist_bf16_hi(x.x), acc);
-    acc = fmaf(persist_bf16_lo(a.y), persist_bf16_lo(x.y), acc);
-    acc = fmaf(persist_bf16_hi(a.y), persist_bf16_hi(x.y), acc);
-    acc = fmaf(persist_bf16_lo(a.z), persist_bf16_lo(x.z), acc);
-    acc = fmaf(persist_bf16_hi(a.z), persist_bf16_hi(x.z), acc);
-    acc = fmaf(persist_bf16_lo(a.w), persist_bf16_lo(x.w), acc);
-    acc = fmaf(persist_bf16_hi(a.w), persist_bf16_hi(x.w), acc);
-}
-
-__device__ __forceinline__ unsigned long long persist_now() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-// Rows [r0, r1) of an N-row op that CTA b of G owns.
-__device__ __forceinline__ void persist_rows(unsigned int b, unsigned int G, unsigned int N, unsigned int& r0,
-                                             unsigned int& r1) {
-    r0 = (unsigned int)((unsigned long long)b * N / G);
-    r1 = (unsigned int)((unsigned long long)(b + 1) * N / G);
-}
-
-// sum[q] = row q's dot with x (R rows of K, q < R; every lane gets the sums): lane l's j-th 16-byte
-// unit (l + 32 j) goes to chain j % 4 of its row, 8 fma in element order; the lane's sum is
-// (c0 + c1) + (c2 + c3), then a shfl_xor tree. R = 2 keeps both rows' loads in flight (x read once).
-template <int R>
-__device__ __forceinline__ void persist_row(float (&sum)[2], const uint4* row0, const uint4* row1, const uint4* xs,
-                                            unsigned int K, unsigned int lane) {
-    const uint4* rows[2] = {row0, R == 2 ? row1 : row0};
-    float acc[R][4];
-#pragma unroll
-    for (int q = 0; q < R; ++q) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
-    unsigned int i = lane;
-    for (; i + 96 < K / 8; i += 128) {  // four 16-byte units a lane and row in flight, one chain each
-        uint4 a[R][4], x[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            x[u] = xs[i + 32 * u];
-#pragma unroll
-            for (int q = 0; q < R; ++q) a[q][u] = rows[q][i + 32 * u];
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-            for (int q = 0; q < R; ++q) persist_fma8(acc[q][u], a[q][u], x[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < 3; ++u)  // the last 0-3 units: chains 0, 1, 2 in turn
-        if (i + 32 * u < K / 8)
-#pragma unroll
-            for (int q = 0; q < R; ++q) persist_fma8(acc[q][u], rows[q][i + 32 * u], xs[i + 32 * u]);
-#pragma unroll
-    for (int q = 0; q < R; ++q) sum[q] = (acc[q][0] + acc[q][1]) + (acc[q][2] + acc[q][3]);
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int q = 0; q < R; ++q) sum[q] += __shfl_xor_sync(0xffffffffu, sum[q], o);
-}
-
 // act[i] = bf16(v) (round to nearest even; v finite), and under the LL handover also its 8-byte word.
 __device__ __forceinline__ void persist_store(unsigned short* act, unsigned long long* ll, unsigned int hand,
                                               unsigned int epoch, unsigned int i, float v) {
@@ -626,7 +543,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
     __shared__ __align__(8) unsigned long long full[PERSIST_MAX_STAGES], empty[PERSIST_MAX_STAGES];
     __shared__ volatile unsigned int quiet;  // flag & 32: 1 from an op's last release until the next op's x is read
     extern __shared__ __align__(16) unsigned char persist_smem[];
-    const unsigned long long t0 = persist_now();
+    const unsigned long long t0 = global_ns();
     unsigned int dyn;
     asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
     const unsigned int xbytes = (2 * kmax + 15) & ~15u;
@@ -642,7 +559,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
             asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((unsigned int)__cvta_generic_to_shared(&empty[s])),
                          "r"(cw));
         }
-        probe_mbar_fence();
+        mbar_init_fence();
     }
     __syncthreads();
     if (warp == cw) {  // the loader: every op's rows of this CTA, in order, as far ahead as the ring allows
@@ -656,7 +573,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                 const unsigned char* src = w + 16ull * ops[5 * j + 2] + 2ull * K * r0;
                 for (unsigned int r = r0; r < r1; r += per, ++seq) {
                     const unsigned int s = seq % stages, use = seq / stages;
-                    if (use > 0) persist_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
+                    if (use > 0) mbar_wait_parity((unsigned int)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
                     const unsigned int bytes = 2 * K * min(per, r1 - r);
                     const unsigned int bar = (unsigned int)__cvta_generic_to_shared(&full[s]);
                     if (flag & 32)  // quiet handovers: no new copy until this CTA has read the next op's x
@@ -664,18 +581,18 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
                     if (flag & 16) {  // no stream: the stage keeps what it held (a compute-only control)
                         asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
                     } else if (flag & 64) {  // the weights under an evict-first L2 policy (gemm.cuh's immediate)
-                        probe_mbar_expect(bar, bytes);
+                        mbar_expect(bar, bytes);
                         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
                                      " [%0], [%1], %2, [%3], %4;"
                                      ::"r"(ring + s * slot), "l"(src), "r"(bytes), "r"(bar), "l"(0x12F0000000000000ull)
                                      : "memory");
                     } else {
-                        probe_mbar_expect(bar, bytes);
+                        mbar_expect(bar, bytes);
                         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                                      ::"r"(ring + s * slot), "l"(src), "r"(bytes), "r"(bar) : "memory");
                     }
                     src += bytes;
-                    if (marks && r == r0) marks[(size_t)(8 * j + 3) * G + b] = persist_now();
+                    if (marks && r == r0) marks[(size_t)(8 * j + 3) * G + b] = global_ns();
                 }
             }
         }
@@ -700,7 +617,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
         }
         if ((flag & 32) && j > 0 && threadIdx.x == 0) quiet = 1;  // also when op j - 1 had no rows here
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
-        if (marks && threadIdx.x == 0) marks[(size_t)8 * j * G + b] = persist_now();
+        if (marks && threadIdx.x == 0) marks[(size_t)8 * j * G + b] = global_ns();
         if (hand == 3 && j > 0) {  // LL: pairs of words, four a thread in flight, re-read until all carry the epoch
             unsigned int* xw = reinterpret_cast<unsigned int*>(persist_smem);
             for (unsigned int p0 = threadIdx.x; p0 < K / 2; p0 += 4 * nthreads) {
@@ -741,11 +658,11 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
             // flag & 4 (CUDA cores): this chunk and the op's next together, a row of each a warp in flight
             nc = (flag & 4) && stages > 1 && r + per < r1 ? 2 : 1;  // one stage: one at a time
             for (unsigned int c = 0; c < nc; ++c) {
-                const unsigned long long tw = marks && threadIdx.x == 0 ? persist_now() : 0;
-                persist_wait_parity((unsigned int)__cvta_generic_to_shared(&full[(seq + c) % stages]),
+                const unsigned long long tw = marks && threadIdx.x == 0 ? global_ns() : 0;
+                mbar_wait_parity((unsigned int)__cvta_generic_to_shared(&full[(seq + c) % stages]),
                                     ((seq + c) / stages) & 1);
                 if (marks && threadIdx.x == 0) {
-                    const unsigned long long tl = persist_now();
+                    const unsigned long long tl = global_ns();
                     if (r == r0 && c == 0) marks[(size_t)(8 * j + 1) * G + b] = tl;
                     else waited += tl - tw;
                 }
@@ -754,20 +671,20 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
             const unsigned int rows = min(per, r1 - r), rows2 = nc == 2 ? min(per, r1 - r - per) : 0;
             const uint4* ws = reinterpret_cast<const uint4*>(persist_smem + xbytes + s * slot);
             const uint4* ws2 = reinterpret_cast<const uint4*>(persist_smem + xbytes + s2 * slot);
-            const unsigned long long rn = marks && threadIdx.x == 0 && r == r0 ? persist_now() : 0;
+            const unsigned long long rn = marks && threadIdx.x == 0 && r == r0 ? global_ns() : 0;
             const unsigned long long rc = marks && threadIdx.x == 0 && r == r0 ? clock64() : 0;
             for (unsigned int rr = warp; rr < max(rows, rows2); rr += cw) {
                 float sum[2];
                 if (rr < rows && rr < rows2)
-                    persist_row<2>(sum, ws + rr * (K / 8), ws2 + rr * (K / 8), xs, K, lane);
+                    stream_row<2>(sum, ws + rr * (K / 8), ws2 + rr * (K / 8), xs, K, lane);
                 else
-                    persist_row<1>(sum, rr < rows ? ws + rr * (K / 8) : ws2 + rr * (K / 8), nullptr, xs, K, lane);
+                    stream_row<1>(sum, rr < rows ? ws + rr * (K / 8) : ws2 + rr * (K / 8), nullptr, xs, K, lane);
                 if (lane == 0) {
                     if (rr < rows) persist_store(act, ll, hand, epoch, out + r + rr, sum[0]);
                     if (rr < rows2) persist_store(act, ll, hand, epoch, out + r + per + rr, rr < rows ? sum[1] : sum[0]);
                     if (marks && threadIdx.x == 0 && r == r0 && rr == warp) {
                         row_clk = clock64() - rc;
-                        row_ns = persist_now() - rn;
+                        row_ns = global_ns() - rn;
                     }
                 }
             }
@@ -782,7 +699,7 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
         asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
         if (threadIdx.x == 0) {
             if (marks) {
-                marks[(size_t)(8 * j + 4) * G + b] = persist_now();
+                marks[(size_t)(8 * j + 4) * G + b] = global_ns();
                 marks[(size_t)(8 * j + 5) * G + b] = waited;
                 marks[(size_t)(8 * j + 6) * G + b] = row_ns;
                 marks[(size_t)(8 * j + 7) * G + b] = row_clk;
@@ -796,11 +713,11 @@ extern "C" __global__ void __launch_bounds__(544) persist_probe(const unsigned c
             } else if (hand == 0) {
                 asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt + 2 * j) : "memory");
             }
-            if (marks) marks[(size_t)(8 * j + 2) * G + b] = persist_now();
+            if (marks) marks[(size_t)(8 * j + 2) * G + b] = global_ns();
         }
     }
     if (threadIdx.x == 0) {
         ns[2 * b] = t0;
-        ns[2 * b + 1] = persist_now();
+        ns[2 * b + 1] = global_ns();
     }
 }
