@@ -109,6 +109,7 @@ def arena_regions(s: MegaShape) -> dict[str, tuple[tuple[int, ...], str]]:
         out[f"mega.L{i}.act"] = ((s.I,), "u64")
         out[f"mega.L{i}.h2"] = ((s.H,), "u64")
     out["mega.head"] = ((2 * s.num_sms,), "u64")
+    out["mega.marks"] = ((num_ops(s) + 1, s.num_sms), "u64")  # per-op timestamps, when turned on
     out["mega.table"] = ((HDR + OPW * num_ops(s),), "u32")
     return out
 
@@ -137,7 +138,7 @@ def build_table(s: MegaShape, plan: ArenaPlan, *, meta_region: str, meta_fields:
     hdr = [num_ops(s), at(counter), at(meta_region), meta_fields["positions"], meta_fields["slot"],
            meta_fields["seq_len"], meta_fields["block_table"], meta_fields["step"], block_size, max_blocks,
            s.Hq, s.Hkv, s.D, _f32_bits(eps), _f32_bits(scale), s.smax, SPLIT_KEYS, at(rope), ring_len, s.kmax,
-           s.H, s.xbytes, at(logits), at(tokens)]
+           s.H, s.xbytes, at(logits), at(tokens), NONE]
     t[: len(hdr)] = hdr
     ops: list[list[int]] = []
 
@@ -162,6 +163,17 @@ def build_table(s: MegaShape, plan: ArenaPlan, *, meta_region: str, meta_fields:
     op(MK_PICK, inp=at("mega.head"))
     for j, words in enumerate(ops):
         t[HDR + OPW * j: HDR + OPW * j + len(words)] = words
+    return t
+
+
+MARKS_WORD = 24  # header word: the marks region (16-byte units), NONE when off
+
+
+def with_marks(table: np.ndarray, plan: ArenaPlan, on: bool = True) -> np.ndarray:
+    """A copy of ``table`` whose launch records when each CTA left each op (``mega.marks``:
+    [nops + 1][G] u64 %globaltimer ns, row nops when the CTA passed its PDL wait)."""
+    t = table.copy()
+    t[MARKS_WORD] = plan["mega.marks"].offset // 16 if on else NONE
     return t
 
 

@@ -99,10 +99,10 @@ __device__ __forceinline__ float ll_wait(const u64* p, unsigned epoch) {
     }
 }
 
-// f(i, value) for the n words at src (n even, src 16-byte aligned), the compute threads striding
-// over pairs, four pairs a thread in flight, each re-read until all carry the epoch.
-template <class F>
-__device__ __forceinline__ void ll_read(const Mega& m, const u64* src, unsigned n, F f) {
+// f(i, value) for n words (n even), word pair p at src(p) (16-byte aligned), the compute threads
+// striding over pairs, four pairs a thread in flight, each re-read until all carry the epoch.
+template <class A, class F>
+__device__ __forceinline__ void ll_read_map(const Mega& m, unsigned n, A src, F f) {
     const unsigned tid = threadIdx.x, nt = m.nthreads;
     for (unsigned p0 = tid; p0 < n / 2; p0 += 4 * nt) {
         u64 a[4], c[4];
@@ -114,7 +114,7 @@ __device__ __forceinline__ void ll_read(const Mega& m, const u64* src, unsigned 
                 a[q] = c[q] = (u64)m.epoch << 32;
                 if (pq < n / 2)
                     asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
-                                 : "=l"(a[q]), "=l"(c[q]) : "l"(src + 2 * pq) : "memory");
+                                 : "=l"(a[q]), "=l"(c[q]) : "l"(src(pq)) : "memory");
             }
 #pragma unroll
             for (int q = 0; q < 4; ++q)
@@ -132,6 +132,12 @@ __device__ __forceinline__ void ll_read(const Mega& m, const u64* src, unsigned 
             }
         }
     }
+}
+
+// The n words at src (contiguous).
+template <class F>
+__device__ __forceinline__ void ll_read(const Mega& m, const u64* src, unsigned n, F f) {
+    ll_read_map(m, n, [&](unsigned p) { return src + 2 * p; }, f);
 }
 
 __device__ __forceinline__ void compute_bar(const Mega& m) {
@@ -239,10 +245,13 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
     }
     // This step's q heads of group g, its k and v: G + 2 rows of D words.
     const u64* qkv = m.at<const u64>(op[4]);
-    for (unsigned r = 0; r < G + 2; ++r) {
-        const unsigned head = r < G ? g * G + r : (r == G ? Hq + g : Hq + Hkv + g);
-        ll_read(m, qkv + (size_t)head * D, D, [&](unsigned i, float v) { qs[r * D + i] = v; });
-    }
+    ll_read_map(  // rows 0..G-1: q heads gG.., G: k head g, G + 1: v head g; all in flight at once
+        m, (G + 2) * D,
+        [&](unsigned p) {
+            const unsigned r = 2 * p / D, head = r < G ? g * G + r : (r == G ? Hq + g : Hq + Hkv + g);
+            return qkv + (size_t)head * D + 2 * p % D;
+        },
+        [&](unsigned i, float v) { qs[i] = v; });
     compute_bar(m);
     // QK-norm + RoPE of rows 0..G (q heads, k), a warp a row (qk_norm_rope_kv's arithmetic).
     const float* cs = m.at<const float>(h[17]) + (size_t)pos * D;
@@ -364,15 +373,34 @@ __device__ __forceinline__ void merge_op(const Mega& m, const unsigned* op) {
     const unsigned kps = ((unsigned)n + S - 1) / S, used = ((unsigned)n + kps - 1) / kps;
     const u64* part = m.at<const u64>(op[4]) + (size_t)m.b * smax * (D + 2);
     for (unsigned d = threadIdx.x; d < D; d += m.nthreads) {
-        float M = -INFINITY;
-        for (unsigned s = 0; s < used; ++s) M = fmaxf(M, ll_wait(part + s * (D + 2), m.epoch));
-        float L = 0.0f, o = 0.0f;
-        for (unsigned s = 0; s < used; ++s) {
-            const u64* p = part + s * (D + 2);
-            const float ms = ll_wait(p, m.epoch), ls = ll_wait(p + 1, m.epoch);
-            const float w = M == -INFINITY ? 0.0f : ls * expf(ms - M);
-            L += w;
-            o = fmaf(w, ll_wait(p + 2 + d, m.epoch), o);
+        float M = -INFINITY, L = 0.0f, o = 0.0f;
+        for (unsigned s0 = 0; s0 < used; s0 += 8) {  // 8 splits' (m, l, o[d]) in flight, merged online
+            u64 w[8][3];
+            for (unsigned spins = 0;; ++spins) {
+                bool ok = true;
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    const u64* p = part + (size_t)(s0 + q) * (D + 2);
+                    w[q][0] = w[q][1] = w[q][2] = (u64)m.epoch << 32;
+                    if (s0 + q < used) w[q][0] = ll_load(p), w[q][1] = ll_load(p + 1), w[q][2] = ll_load(p + 2 + d);
+                }
+#pragma unroll
+                for (int q = 0; q < 8; ++q)
+#pragma unroll
+                    for (int e = 0; e < 3; ++e) ok = ok && (unsigned)(w[q][e] >> 32) == m.epoch;
+                if (ok) break;
+                if (spins == (1u << 22)) __trap();
+                __nanosleep(64);
+            }
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const float ms = __uint_as_float((unsigned)w[q][0]), ls = __uint_as_float((unsigned)w[q][1]);
+                if (s0 + q >= used || !(ls > 0.0f)) continue;
+                const float mn = fmaxf(M, ms), c = expf(M - mn), e = ls * expf(ms - mn);
+                L = fmaf(L, c, e);
+                o = fmaf(o, c, e * __uint_as_float((unsigned)w[q][2]));
+                M = mn;
+            }
         }
         ll_store(m.at<u64>(op[7]) + (size_t)m.b * D + d, m.epoch, round_bf16(L > 0.0f ? o / L : 0.0f));
     }
@@ -475,10 +503,15 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
     bf16* xs = reinterpret_cast<bf16*>(mega_smem);
     float* hf = reinterpret_cast<float*>(mega_smem + ((2 * kmax + 15) & ~15u));  // H floats
     float* qs = reinterpret_cast<float*>(mega_smem);  // the attention's (shares the x area)
+    // marks (hdr[24], or MEGA_NONE): [nops + 1][G] %globaltimer of CTA b's thread 0 when it left
+    // op j (row j), and when it passed the PDL wait (row nops); tools/bench_mega.py turns them on
+    u64* marks = hdr[24] != MEGA_NONE ? m.at<u64>(hdr[24]) : nullptr;
+    if (marks && threadIdx.x == 0) marks[(size_t)nops * m.G + m.b] = global_ns();
     unsigned seq = 0;
     for (unsigned j = 0; j < nops; ++j) {
         const unsigned* op = table + MEGA_HDR + MEGA_OPW * j;
         const unsigned kind = op[0], N = op[1], K = op[2];
+        if (marks && threadIdx.x == 0 && j > 0) marks[(size_t)(j - 1) * m.G + m.b] = global_ns();
         if (threadIdx.x == 0) quiet = 1;  // also when the op before had no rows here
         compute_bar(m);
         if (kind == MK_ATTN) {
@@ -570,4 +603,5 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
             }
         }
     }
+    if (marks && threadIdx.x == 0) marks[(size_t)(nops - 1) * m.G + m.b] = global_ns();
 }
