@@ -160,6 +160,13 @@ __device__ __forceinline__ float compute_sum(const Mega& m, float v, float* red)
 __device__ __forceinline__ void read_normed(const Mega& m, const unsigned* op, bf16* xs, float* hf, float* red) {
     const unsigned H = op[2];
     const float eps = __uint_as_float(m.hdr[13]);
+    const bf16* w = m.at<const bf16>(op[5]);
+    // this thread's first norm weights, loaded before the wait for h (an L2 round trip fewer after it)
+    constexpr int kW = 4;
+    bf16 wr[kW];
+#pragma unroll
+    for (int q = 0; q < kW; ++q)
+        if (threadIdx.x + q * m.nthreads < H) wr[q] = w[threadIdx.x + q * m.nthreads];
     float ss = 0.0f;
     if (op[9] & 1u) {
         const float* h = m.at<const float>(op[4]);
@@ -175,8 +182,12 @@ __device__ __forceinline__ void read_normed(const Mega& m, const unsigned* op, b
         });
     }
     const float inv = 1.0f / sqrtf(compute_sum(m, ss, red) / (float)H + eps);
-    const bf16* w = m.at<const bf16>(op[5]);
-    for (unsigned i = threadIdx.x; i < H; i += m.nthreads)
+#pragma unroll
+    for (int q = 0; q < kW; ++q) {
+        const unsigned i = threadIdx.x + q * m.nthreads;
+        if (i < H) xs[i] = __float2bfloat16_rn(__bfloat162float(wr[q]) * round_bf16(hf[i] * inv));
+    }
+    for (unsigned i = threadIdx.x + kW * m.nthreads; i < H; i += m.nthreads)
         xs[i] = __float2bfloat16_rn(__bfloat162float(w[i]) * round_bf16(hf[i] * inv));
 }
 
@@ -211,7 +222,8 @@ struct KvRow {
 // The attention item of this CTA (see the header). Shared: qs [G][D] f32 (q heads, then k, then v
 // as rows G, G + 1), st [cw][G][D + 2] f32 (each warp's running m, l, acc).
 template <int DL>
-__device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, float* qs, float* st) {
+__device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, float* qs, float* st,
+                                             volatile unsigned* quiet) {
     constexpr int D = 32 * DL;
     const unsigned* h = m.hdr;
     const unsigned char* meta = m.at<const unsigned char>(h[2]);
@@ -244,6 +256,21 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
         }
     }
     // This step's q heads of group g, its k and v: G + 2 rows of D words.
+    // Round 0's RoPE rows and QK-norm weights for this lane's pairs (i = lane + 32 e), also before the wait.
+    const float* cs = m.at<const float>(h[17]) + (size_t)pos * D;
+    constexpr int E = D / 64;  // pairs a lane holds of a head (D / 2 pairs over 32 lanes)
+    float2 csr[E];
+    float wq[E][2], wk[E][2];
+    const bool qn = op[5] != MEGA_NONE, kn = op[6] != MEGA_NONE;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const unsigned i = lane + 32 * e;
+        csr[e] = *reinterpret_cast<const float2*>(cs + 2 * i);
+        wq[e][0] = qn ? __bfloat162float(m.at<const bf16>(op[5])[i]) : 0.0f;
+        wq[e][1] = qn ? __bfloat162float(m.at<const bf16>(op[5])[i + D / 2]) : 0.0f;
+        wk[e][0] = kn ? __bfloat162float(m.at<const bf16>(op[6])[i]) : 0.0f;
+        wk[e][1] = kn ? __bfloat162float(m.at<const bf16>(op[6])[i + D / 2]) : 0.0f;
+    }
     const u64* qkv = m.at<const u64>(op[4]);
     ll_read_map(  // rows 0..G-1: q heads gG.., G: k head g, G + 1: v head g; all in flight at once
         m, (G + 2) * D,
@@ -253,23 +280,31 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
         },
         [&](unsigned i, float v) { qs[i] = v; });
     compute_bar(m);
-    // QK-norm + RoPE of rows 0..G (q heads, k), a warp a row (qk_norm_rope_kv's arithmetic).
-    const float* cs = m.at<const float>(h[17]) + (size_t)pos * D;
+    if (threadIdx.x == 0) *quiet = 0;  // the op's input is read: the loader may stream again
+    // QK-norm + RoPE of rows 0..G (q heads, k), a warp a row (qk_norm_rope_kv's arithmetic:
+    // bf16(w * bf16(x * inv_rms)), then o1 = x1 cos - x2 sin, o2 = x2 cos + x1 sin unfused, rounded)
     const float eps = __uint_as_float(h[13]);
     for (unsigned r = warp; r <= G; r += m.cw) {
-        const bf16* w = m.at<const bf16>(r < G ? op[5] : op[6]);
-        const bool norm = (r < G ? op[5] : op[6]) != MEGA_NONE;
+        const bool norm = r < G ? qn : kn;
         float* x = qs + r * D;
         float ss = 0.0f;
-        for (unsigned i = lane; i < D / 2; i += 32) ss += x[i] * x[i] + x[i + D / 2] * x[i + D / 2];
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const unsigned i = lane + 32 * e;
+            ss += x[i] * x[i] + x[i + D / 2] * x[i + D / 2];
+        }
         const float inv = norm ? 1.0f / sqrtf(warp_sum(ss) / (float)D + eps) : 0.0f;
         __syncwarp();
-        for (unsigned i = lane; i < D / 2; i += 32) {
-            const float x1[1] = {x[i]}, x2[1] = {x[i + D / 2]};
-            float o1[1], o2[1];
-            rope_pairs<1>(x1, x2, norm ? w : nullptr, inv, cs, i, D / 2, o1, o2);
-            x[i] = round_bf16(o1[0]);
-            x[i + D / 2] = round_bf16(o2[0]);
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const unsigned i = lane + 32 * e;
+            float a = x[i], b = x[i + D / 2];
+            if (norm) {
+                a = round_bf16((r < G ? wq[e][0] : wk[e][0]) * round_bf16(a * inv));
+                b = round_bf16((r < G ? wq[e][1] : wk[e][1]) * round_bf16(b * inv));
+            }
+            x[i] = round_bf16(__fsub_rn(__fmul_rn(a, csr[e].x), __fmul_rn(b, csr[e].y)));
+            x[i + D / 2] = round_bf16(__fadd_rn(__fmul_rn(b, csr[e].x), __fmul_rn(a, csr[e].y)));
         }
     }
     compute_bar(m);
@@ -517,9 +552,9 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
         if (kind == MK_ATTN) {
             const unsigned G = hdr[10] / hdr[11];
             float* st = qs + (G + 2) * hdr[12];
-            if (hdr[12] == 128) attention_op<4>(m, op, qs, st);
-            else attention_op<2>(m, op, qs, st);
-            if (threadIdx.x == 0) quiet = 0;
+            if (hdr[12] == 128) attention_op<4>(m, op, qs, st, &quiet);
+            else attention_op<2>(m, op, qs, st, &quiet);
+            if (threadIdx.x == 0) quiet = 0;  // (CTAs without an item)
             continue;
         }
         if (kind == MK_MERGE || kind == MK_PICK) {
