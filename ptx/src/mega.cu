@@ -204,13 +204,14 @@ __device__ __forceinline__ u64 argmax_key(float v, unsigned n) {
 template <int DL>  // D / 32: a lane's dims [DL lane, DL lane + DL), kept as bf16 pairs
 struct KvRow {
     unsigned w[DL / 2];
+    // asm volatile: issued here, before the wait for this step's q / k / v that follows, rather
+    // than where the compiler would sink it (its use); .nc: the pools' rows other than this step's
+    // key were written by earlier launches, and this step's key is never read back from them
     __device__ __forceinline__ void load(const bf16* p) {
-        if constexpr (DL == 4) {
-            const uint2 r = *reinterpret_cast<const uint2*>(p);
-            w[0] = r.x, w[1] = r.y;
-        } else {
-            w[0] = *reinterpret_cast<const unsigned*>(p);
-        }
+        if constexpr (DL == 4)
+            asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+        else
+            asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
     }
     __device__ __forceinline__ void set(const float* v) {  // bf16 values as fp32
 #pragma unroll
