@@ -62,7 +62,7 @@
 #define MEGA_OPW 16
 #define MEGA_NONE 0xFFFFFFFFu
 #define MEGA_MAX_STAGES 16
-#define MEGA_KEYS 4  // keys a warp holds in registers per round (the first round issued before the wait)
+#define MEGA_KEYS 3  // keys a warp holds in registers per round (the first round issued before the wait)
 enum : unsigned { MK_QKV = 1, MK_ATTN = 2, MK_MERGE = 3, MK_ORES = 4, MK_SILU = 5, MK_HEAD = 6, MK_PICK = 7 };
 
 namespace {
