@@ -67,7 +67,8 @@ __device__ __forceinline__ float round_bf16(float x) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
-// silu(g) * u with HF's bf16 rounding (act.cu, mega.cu): F.silu returns a bf16 tensor, and the product with up is rounded again.
+// silu(g) * u with HF's bf16 rounding (act.cu, gemv.cuh, mega.cu): F.silu returns a bf16 tensor,
+// and the product with up is rounded again.
 __device__ __forceinline__ float silu_mul_one(float g, float u) {
     const float act = round_bf16(g / (1.0f + expf(-g)));  // expf(+big) = inf gives -0: fine
     return act * u;

@@ -245,11 +245,7 @@ __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, con
   }
 }
 
-// ---- silu ---------------------------------------------------------------------------------
-__device__ __forceinline__ float silu_mul_one(float g, float u) {  // act.cu's rounding
-  const float act = round_bf16(g / (1.0f + expf(-g)));
-  return act * u;
-}
+// ---- silu (silu_mul_one: common_ops.cuh) -------------------------------------------------
 
 template <int V>
 __device__ __forceinline__ void silu_rows(bf16* __restrict__ xs, const bf16* __restrict__ gate_up,
