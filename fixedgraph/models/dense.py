@@ -158,6 +158,8 @@ class DenseDecoder:
         if self.mega is None:
             return {}
         c, w = self.cfg, self.sizes.widths[0]
+        if plan["embed"].offset != 0:  # decode_mega's base pointer: table addresses are offsets from it
+            raise ValueError(f"decode_mega needs region 'embed' at the arena's start, not at {plan['embed'].offset}")
         layout = self.decode_meta[w]
         fields = {f: layout.offset(f) for f in ("positions", "slot", "seq_len", "block_table", "step")}
         table = mega.build_table(
