@@ -28,7 +28,7 @@ HEAD_DIMS = (64, 128)
 KEYS_PER_WARP = 3  # mega.cu MEGA_KEYS: keys a warp holds in registers a round
 SPLIT_KEYS = COMPUTE_WARPS * KEYS_PER_WARP  # keys an attention split takes at least: one round of loads
 SMEM_PER_BLOCK = 227 * 1024
-STATIC_SMEM = 464  # the kernel's static shared memory (ptxas -v)
+STATIC_SMEM = 704  # the kernel's static shared memory (ptxas -v)
 SLOTS = (32 * 1024, 64 * 1024)  # stage sizes tried, smallest first (session 40: 32K x 6 best on Qwen3-0.6B)
 
 
@@ -78,11 +78,16 @@ class MegaShape:
         attn = 4 * ((G + 2) * self.D + COMPUTE_WARPS * G * (self.D + 2))
         return (max(gemv, attn) + 15) // 16 * 16
 
+    @property
+    def tbytes(self) -> int:
+        """The op table's bytes (the kernel copies it into shared memory, after the x area)."""
+        return (4 * (HDR + OPW * num_ops(self)) + 15) // 16 * 16
+
     def ring(self) -> tuple[int, int]:
         """(stage bytes, stages): the smallest stage holding a row of every op (two for SiLU) with
         at least 2 stages; as many stages as shared memory takes."""
         row = max(2 * self.H * 2, 2 * self.Hq * self.D, 2 * self.I)  # SiLU: a gate and an up row
-        free = SMEM_PER_BLOCK - STATIC_SMEM - self.xbytes
+        free = SMEM_PER_BLOCK - STATIC_SMEM - self.xbytes - self.tbytes
         for slot in SLOTS:
             if slot >= row and free // slot >= 2:
                 return slot, min(MAX_STAGES, free // slot)
@@ -91,7 +96,7 @@ class MegaShape:
     @property
     def shared(self) -> int:
         slot, stages = self.ring()
-        return self.xbytes + slot * stages
+        return self.xbytes + self.tbytes + slot * stages
 
 
 def shape_of(cfg, num_sms: int) -> MegaShape:
@@ -110,8 +115,9 @@ def arena_regions(s: MegaShape) -> dict[str, tuple[tuple[int, ...], str]]:
         out[f"mega.L{i}.act"] = ((s.I,), "u64")
         out[f"mega.L{i}.h2"] = ((s.H,), "u64")
     out["mega.head"] = ((2 * s.num_sms,), "u64")
-    out["mega.marks"] = ((num_ops(s) + 1, s.num_sms), "u64")  # per-op timestamps, when turned on
-    out["mega.table"] = ((HDR + OPW * num_ops(s),), "u32")
+    # per-op timestamps when turned on: a row an op, the PDL wait's, five an attention op
+    out["mega.marks"] = ((6 * num_ops(s) + 1, s.num_sms), "u64")
+    out["mega.table"] = ((s.tbytes // 4,), "u32")
     return out
 
 
@@ -135,11 +141,11 @@ def build_table(s: MegaShape, plan: ArenaPlan, *, meta_region: str, meta_fields:
             raise ValueError(f"decode_mega: region {name}+{byte} is not 16-byte aligned")
         return off // 16
 
-    t = np.zeros(HDR + OPW * num_ops(s), np.uint32)
+    t = np.zeros(s.tbytes // 4, np.uint32)
     hdr = [num_ops(s), at(counter), at(meta_region), meta_fields["positions"], meta_fields["slot"],
            meta_fields["seq_len"], meta_fields["block_table"], meta_fields["step"], block_size, max_blocks,
            s.Hq, s.Hkv, s.D, _f32_bits(eps), _f32_bits(scale), s.smax, SPLIT_KEYS, at(rope), ring_len, s.kmax,
-           s.H, s.xbytes, at(logits), at(tokens), NONE]
+           s.H, s.xbytes, at(logits), at(tokens), NONE, s.tbytes]
     t[: len(hdr)] = hdr
     ops: list[list[int]] = []
 
@@ -172,7 +178,8 @@ MARKS_WORD = 24  # header word: the marks region (16-byte units), NONE when off
 
 def with_marks(table: np.ndarray, plan: ArenaPlan, on: bool = True) -> np.ndarray:
     """A copy of ``table`` whose launch records when each CTA left each op (``mega.marks``:
-    [nops + 1][G] u64 %globaltimer ns, row nops when the CTA passed its PDL wait)."""
+    [6 nops + 1][G] u64 %globaltimer ns: row j op j, row nops the PDL wait, rows nops + 1 + 5 j + k
+    the phases of an attention op j, see ptx/src/mega.cu)."""
     t = table.copy()
     t[MARKS_WORD] = plan["mega.marks"].offset // 16 if on else NONE
     return t

@@ -48,7 +48,7 @@
 //   MK_MERGE: when S > 1, CTA h < Hq merges head h's splits into out words
 //   MK_PICK:  CTA 0 reduces the head's CTA words to the token: tokens[0] and ring[step % ring_len]
 // Launch: grid = SMs (every CTA resident at once: a word nobody writes traps after seconds),
-// block = 32 (cw + 1) threads (cw compute warps, at most 15: 116 registers), dynamic shared memory = xbytes +
+// block = 32 (cw + 1) threads (cw compute warps, at most 15), dynamic shared memory = xbytes + tbytes +
 // stages x slot bytes (slot % 16 == 0, 2 <= stages <= MEGA_MAX_STAGES, a stage holding at least
 // one row of every op, two for MK_SILU).
 #include <cuda_bf16.h>
@@ -69,15 +69,34 @@ namespace {
 
 typedef unsigned long long u64;
 
+// This step's attention plan, the same for every layer: read once after the PDL wait.
+struct StepInfo {
+    int n;                // keys, the new one included (seq_len)
+    unsigned S, kps;      // splits, keys a split
+    unsigned g, s, k0, k1;  // this CTA's item (kv head g, split s: keys [k0, k1)); g = MEGA_NONE: none
+    unsigned pos, step;
+    long long slot;
+    unsigned cur;         // this item holds key n - 1 and writes it (slot >= 0)
+    unsigned used;        // splits that hold keys
+    unsigned krow[15][MEGA_KEYS];  // round 0's pool row of warp w's u-th key (MEGA_NONE: none / the new key)
+};
+
 struct Mega {
     unsigned char* base;
-    const unsigned* hdr;
+    const unsigned* hdr;  // the op table, copied into shared memory
     unsigned epoch, G, b, warp, lane, cw, nthreads;
     template <class T>
     __device__ __forceinline__ T* at(unsigned off16) const {
         return reinterpret_cast<T*>(base + 16ull * off16);
     }
 };
+
+__shared__ StepInfo mega_si;  // this CTA's, written once a step after the PDL wait
+
+// The marks region when marks are on (header word 24), else nullptr.
+__device__ __forceinline__ unsigned long long* marks_of(const Mega& m) {
+    return m.hdr[24] != MEGA_NONE ? m.at<unsigned long long>(m.hdr[24]) : nullptr;
+}
 
 __device__ __forceinline__ void ll_store(u64* p, unsigned epoch, float v) {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"((u64)epoch << 32 | __float_as_uint(v)) : "memory");
@@ -223,39 +242,39 @@ struct KvRow {
 // The attention item of this CTA (see the header). Shared: qs [G][D] f32 (q heads, then k, then v
 // as rows G, G + 1), st [cw][G][D + 2] f32 (each warp's running m, l, acc).
 template <int DL>
-__device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, float* qs, float* st,
+__device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, unsigned j, float* qs, float* st,
                                              volatile unsigned* quiet) {
     constexpr int D = 32 * DL;
     const unsigned* h = m.hdr;
-    const unsigned char* meta = m.at<const unsigned char>(h[2]);
-    const unsigned Hq = h[10], Hkv = h[11], G = Hq / Hkv, bs = h[8], smax = h[15];
-    const int n = *reinterpret_cast<const int*>(meta + h[5]);
-    const long long slot = *reinterpret_cast<const long long*>(meta + h[4]);
-    const unsigned pos = *reinterpret_cast<const unsigned*>(meta + h[3]);
-    const int* table = reinterpret_cast<const int*>(meta + h[6]);
-    const unsigned S = n <= 0 ? 1u : min(smax, max(1u, ((unsigned)n + h[16] - 1) / h[16]));
-    if (m.b >= Hkv * S) return;
-    const unsigned g = m.b / S, s = m.b % S;
-    const unsigned kps = n <= 0 ? 0u : ((unsigned)n + S - 1) / S;
-    const unsigned k0 = min((unsigned)max(n, 0), s * kps), k1 = min((unsigned)max(n, 0), k0 + kps);
-    const bool cur_here = slot >= 0 && n >= 1 && k0 <= (unsigned)n - 1 && (unsigned)n - 1 < k1;
-    const bf16* kp = m.at<const bf16>(op[10]);
-    const bf16* vp = m.at<const bf16>(op[11]);
+    const StepInfo& si = mega_si;
+    unsigned long long* const marks = marks_of(m);
+    if (si.g == MEGA_NONE) return;
+    const unsigned Hq = h[10], Hkv = h[11], G = Hq / Hkv, smax = h[15];
+    const int n = si.n;
+    const unsigned S = si.S, g = si.g, s = si.s, k0 = si.k0, k1 = si.k1, pos = si.pos;
+    const long long slot = si.slot;
+    const bool cur_here = si.cur;
     const unsigned lane = m.lane, warp = m.warp;
-    auto row_of = [&](unsigned t) -> size_t {  // element offset of key t's row of kv head g
-        return ((size_t)table[t / bs] * bs + t % bs) * Hkv * D + (size_t)g * D + DL * lane;
+    const bf16* kp = m.at<const bf16>(op[10]) + (size_t)g * D + DL * lane;
+    const bf16* vp = m.at<const bf16>(op[11]) + (size_t)g * D + DL * lane;
+    const int* table = reinterpret_cast<const int*>(m.at<const unsigned char>(h[2]) + h[6]);
+    const unsigned bs = h[8];
+    auto row_of = [&](unsigned t) -> size_t {  // element offset of key t's row (later rounds)
+        return ((size_t)table[t / bs] * bs + t % bs) * Hkv * D;
     };
-    // Round 0's keys, issued before the wait for this step's q / k / v (the pools are older).
+    // Round 0's keys (rows precomputed once a step), issued before the wait for this step's q / k / v.
     KvRow<DL> kr[MEGA_KEYS], vr[MEGA_KEYS];
     const unsigned stride = m.cw * MEGA_KEYS;
 #pragma unroll
     for (int u = 0; u < MEGA_KEYS; ++u) {
-        const unsigned t = k0 + warp + m.cw * u;
-        if (t < k1 && !(cur_here && t == (unsigned)n - 1)) {
-            kr[u].load(kp + row_of(t));
-            vr[u].load(vp + row_of(t));
+        const unsigned row = si.krow[warp][u];
+        if (row != MEGA_NONE) {
+            kr[u].load(kp + (size_t)row * Hkv * D);
+            vr[u].load(vp + (size_t)row * Hkv * D);
         }
     }
+    const unsigned jm = m.hdr[0] + 1 + 5 * j;  // this op's sub-mark rows (marks on)
+    if (marks && threadIdx.x == 0) marks[(size_t)(jm + 0) * m.G + m.b] = global_ns();
     // This step's q heads of group g, its k and v: G + 2 rows of D words.
     // Round 0's RoPE rows and QK-norm weights for this lane's pairs (i = lane + 32 e), also before the wait.
     const float* cs = m.at<const float>(h[17]) + (size_t)pos * D;
@@ -282,6 +301,7 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
         [&](unsigned i, float v) { qs[i] = v; });
     compute_bar(m);
     if (threadIdx.x == 0) *quiet = 0;  // the op's input is read: the loader may stream again
+    if (marks && threadIdx.x == 0) marks[(size_t)(jm + 1) * m.G + m.b] = global_ns();
     // QK-norm + RoPE of rows 0..G (q heads, k), a warp a row (qk_norm_rope_kv's arithmetic:
     // bf16(w * bf16(x * inv_rms)), then o1 = x1 cos - x2 sin, o2 = x2 cos + x1 sin unfused, rounded)
     const float eps = __uint_as_float(h[13]);
@@ -309,6 +329,7 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
         }
     }
     compute_bar(m);
+    if (marks && threadIdx.x == 0) marks[(size_t)(jm + 2) * m.G + m.b] = global_ns();
     if (cur_here && warp == 0) {  // the new key and value into the pools
         bf16* kd = m.at<bf16>(op[10]) + ((size_t)slot * Hkv + g) * D;
         bf16* vd = m.at<bf16>(op[11]) + ((size_t)slot * Hkv + g) * D;
@@ -373,6 +394,7 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
         }
     }
     compute_bar(m);
+    if (marks && threadIdx.x == 0) marks[(size_t)(jm + 3) * m.G + m.b] = global_ns();
     // The warps merged: per q head, (M, L, o = sum e^(m_w - M) acc_w / L).
     for (unsigned i = threadIdx.x; i < G * D; i += m.nthreads) {
         const unsigned q = i / D, d = i % D;
@@ -396,17 +418,14 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
             ll_store(p + 2 + d, m.epoch, o);
         }
     }
+    if (marks && threadIdx.x == 0) marks[(size_t)(jm + 4) * m.G + m.b] = global_ns();
 }
 
 // MK_MERGE: CTA h < Hq merges head h's S partials (the attention kernels' split merge).
 __device__ __forceinline__ void merge_op(const Mega& m, const unsigned* op) {
     const unsigned* h = m.hdr;
-    const unsigned char* meta = m.at<const unsigned char>(h[2]);
-    const int n = *reinterpret_cast<const int*>(meta + h[5]);
-    const unsigned smax = h[15], D = h[12];
-    const unsigned S = n <= 0 ? 1u : min(smax, max(1u, ((unsigned)n + h[16] - 1) / h[16]));
+    const unsigned smax = h[15], D = h[12], S = mega_si.S, used = mega_si.used;
     if (S == 1 || m.b >= h[10]) return;
-    const unsigned kps = ((unsigned)n + S - 1) / S, used = ((unsigned)n + kps - 1) / kps;
     const u64* part = m.at<const u64>(op[4]) + (size_t)m.b * smax * (D + 2);
     for (unsigned d = threadIdx.x; d < D; d += m.nthreads) {
         float M = -INFINITY, L = 0.0f, o = 0.0f;
@@ -459,9 +478,7 @@ __device__ __forceinline__ void pick_op(const Mega& m, const unsigned* op, int* 
         for (unsigned w = 1; w < m.cw; ++w) best = max(best, red[w]);
         const int tok = (int)(0xFFFFFFFFu - (unsigned)best);
         *m.at<int>(m.hdr[23]) = tok;
-        const unsigned char* meta = m.at<const unsigned char>(m.hdr[2]);
-        const unsigned step = *reinterpret_cast<const unsigned*>(meta + m.hdr[7]);
-        if (ring && m.hdr[18]) ring[step % m.hdr[18]] = tok;
+        if (ring && m.hdr[18]) ring[mega_si.step % m.hdr[18]] = tok;
     }
 }
 
@@ -483,17 +500,22 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
     __shared__ u64 red64[16];
     __shared__ float red[16];
     __shared__ volatile unsigned quiet;  // 1 from an op's last stage release until the next op's input is read
+    StepInfo& si = mega_si;
     extern __shared__ __align__(16) unsigned char mega_smem[];
-    const unsigned* hdr = table;
     unsigned dyn;
     asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    const unsigned xbytes = hdr[21];
-    const unsigned stages = slot && dyn > xbytes ? (dyn - xbytes) / slot : 0;
+    const unsigned xbytes = table[21], tbytes = table[25];  // [x area][the op table][the ring]
+    const unsigned stages = slot && dyn > xbytes + tbytes ? (dyn - xbytes - tbytes) / slot : 0;
     const unsigned cw = blockDim.x / 32 - 1;
-    if (stages < 2 || stages > MEGA_MAX_STAGES || slot % 16 || cw < 1 || cw > 15 || blockDim.x % 32) __trap();
+    if (stages < 2 || stages > MEGA_MAX_STAGES || slot % 16 || cw < 1 || cw > 15 || blockDim.x % 32 ||
+        tbytes < 4 * (MEGA_HDR + MEGA_OPW * table[0]) || tbytes % 16)
+        __trap();
+    unsigned* hdr = reinterpret_cast<unsigned*>(mega_smem + xbytes);  // the table, copied (constant: before the wait)
+    for (unsigned i = threadIdx.x; i < tbytes / 16; i += blockDim.x)
+        reinterpret_cast<uint4*>(hdr)[i] = __ldg(reinterpret_cast<const uint4*>(table) + i);
     Mega m{base, hdr, 0, gridDim.x, blockIdx.x, threadIdx.x / 32, threadIdx.x % 32, cw, 32 * cw};
-    const unsigned nops = hdr[0];
-    const unsigned ring0 = (unsigned)__cvta_generic_to_shared(mega_smem) + xbytes;
+    const unsigned nops = table[0];
+    const unsigned ring0 = (unsigned)__cvta_generic_to_shared(mega_smem) + xbytes + tbytes;
     if (threadIdx.x == 0) {
         quiet = 0;
         for (unsigned s = 0; s < stages; ++s) {
@@ -508,7 +530,7 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
         if (m.lane == 0) {
             unsigned seq = 0;
             for (unsigned j = 0; j < nops; ++j) {
-                const unsigned* op = table + MEGA_HDR + MEGA_OPW * j;
+                const unsigned* op = hdr + MEGA_HDR + MEGA_OPW * j;
                 if (!is_gemv(op[0])) continue;
                 const unsigned N = op[1], K = op[2], pair = op[0] == MK_SILU ? 2 : 1;
                 unsigned r0, r1;
@@ -535,17 +557,45 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
     }
     FG_PDL_WAIT();
     m.epoch = __ldcg(m.at<const unsigned>(hdr[1]));
+    if (threadIdx.x == 0) {  // this step's attention plan (the same for every layer)
+        const unsigned char* meta = m.at<const unsigned char>(hdr[2]);
+        const int n = *reinterpret_cast<const int*>(meta + hdr[5]);
+        const unsigned nn = (unsigned)max(n, 0), Hkv = hdr[11];
+        si.n = n;
+        si.S = n <= 0 ? 1u : min(hdr[15], max(1u, (nn + hdr[16] - 1) / hdr[16]));
+        si.kps = (nn + si.S - 1) / si.S;
+        si.used = si.kps ? (nn + si.kps - 1) / si.kps : 0;
+        si.slot = *reinterpret_cast<const long long*>(meta + hdr[4]);
+        si.pos = *reinterpret_cast<const unsigned*>(meta + hdr[3]);
+        si.step = *reinterpret_cast<const unsigned*>(meta + hdr[7]);
+        si.g = m.b < Hkv * si.S ? m.b / si.S : MEGA_NONE;
+        si.s = m.b % si.S;
+        si.k0 = min(nn, si.s * si.kps);
+        si.k1 = min(nn, si.k0 + si.kps);
+        si.cur = si.g != MEGA_NONE && si.slot >= 0 && n >= 1 && si.k0 <= nn - 1 && nn - 1 < si.k1;
+    }
+    compute_bar(m);
+    if (m.lane < MEGA_KEYS) {  // warp w's round-0 keys: their pool rows through the block table
+        const unsigned t = si.k0 + m.warp + cw * m.lane;
+        const int* bt = reinterpret_cast<const int*>(m.at<const unsigned char>(hdr[2]) + hdr[6]);
+        si.krow[m.warp][m.lane] = si.g != MEGA_NONE && t < si.k1 && !(si.cur && t == (unsigned)si.n - 1)
+                                      ? (unsigned)bt[t / hdr[8]] * hdr[8] + t % hdr[8]
+                                      : MEGA_NONE;
+    }
+    compute_bar(m);
     const unsigned kmax = hdr[19];
     bf16* xs = reinterpret_cast<bf16*>(mega_smem);
     float* hf = reinterpret_cast<float*>(mega_smem + ((2 * kmax + 15) & ~15u));  // H floats
     float* qs = reinterpret_cast<float*>(mega_smem);  // the attention's (shares the x area)
-    // marks (hdr[24], or MEGA_NONE): [nops + 1][G] %globaltimer of CTA b's thread 0 when it left
-    // op j (row j), and when it passed the PDL wait (row nops); tools/bench_mega.py turns them on
+    // marks (hdr[24], or MEGA_NONE): [6 nops + 1][G] %globaltimer of CTA b's thread 0 when it left
+    // op j (row j), when it passed the PDL wait (row nops), and inside an attention op j (rows
+    // nops + 1 + 5 j + k: K/V loads issued, q / k / v read, RoPE done, keys done, partials
+    // stored); tools/bench_mega.py turns them on
     u64* marks = hdr[24] != MEGA_NONE ? m.at<u64>(hdr[24]) : nullptr;
     if (marks && threadIdx.x == 0) marks[(size_t)nops * m.G + m.b] = global_ns();
     unsigned seq = 0;
     for (unsigned j = 0; j < nops; ++j) {
-        const unsigned* op = table + MEGA_HDR + MEGA_OPW * j;
+        const unsigned* op = hdr + MEGA_HDR + MEGA_OPW * j;
         const unsigned kind = op[0], N = op[1], K = op[2];
         if (marks && threadIdx.x == 0 && j > 0) marks[(size_t)(j - 1) * m.G + m.b] = global_ns();
         if (threadIdx.x == 0) quiet = 1;  // also when the op before had no rows here
@@ -553,8 +603,8 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
         if (kind == MK_ATTN) {
             const unsigned G = hdr[10] / hdr[11];
             float* st = qs + (G + 2) * hdr[12];
-            if (hdr[12] == 128) attention_op<4>(m, op, qs, st, &quiet);
-            else attention_op<2>(m, op, qs, st, &quiet);
+            if (hdr[12] == 128) attention_op<4>(m, op, j, qs, st, &quiet);
+            else attention_op<2>(m, op, j, qs, st, &quiet);
             if (threadIdx.x == 0) quiet = 0;  // (CTAs without an item)
             continue;
         }

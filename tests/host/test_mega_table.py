@@ -33,7 +33,7 @@ def test_table_names_every_op_and_region(monkeypatch):
     plan = model.plan()
     assert plan["embed"].offset == 0  # the kernel's base pointer
     t = model.boot_tables(plan)["mega.table"]
-    assert t.size == plan["mega.table"].numel
+    assert t.size == plan["mega.table"].numel and t[25] == t.size * 4 >= 4 * (mega.HDR + mega.OPW * int(t[0]))
     nops = int(t[0])
     ops = t[mega.HDR:].reshape(-1, mega.OPW)[:nops]
     kinds = ops[:, 0].tolist()

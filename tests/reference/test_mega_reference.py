@@ -21,3 +21,15 @@ def test_mega_teacher_forced_logits(name, prompt_len, chunk, tmp_path, rng, monk
 def test_mega_greedy_tokens_match(tmp_path, rng, monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_MEGA", "1")
     check_greedy("tiny-qwen3", "reference", tmp_path, rng, prompt_len=20, n_new=16, chunk=16)
+
+
+def test_bench_mega_runs_on_the_reference_backend():
+    # tools/bench_mega.py's path end to end (the twin writes no marks: every share reads 0)
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_mega", Path(__file__).parents[2] / "tools/bench_mega.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    r = mod.profile("tiny-qwen3", 40, 4, backend="reference")
+    assert set(r["ops"]) >= {"norm+qkv", "attention", "norm+lm_head+argmax"} and r["ms_per_token_wall"] > 0

@@ -155,6 +155,9 @@ def decode_mega(mem, grid, block, base, table, ring, slot):
         raise ValueError(f"decode_mega: block {block[0]} (1-15 compute warps + 1 loader) and stage bytes {slot} "
                          "(a positive multiple of 16); launch it via fixedgraph.ops.mega")
     hdr = mem.view(table, np.uint32, HDR).copy()
+    if hdr[25] < 4 * (HDR + OPW * int(hdr[0])) or hdr[25] % 16:
+        raise ValueError(f"decode_mega: header word 25 ({hdr[25]}) must be the table's bytes (a multiple of 16 "
+                         f"holding its {int(hdr[0])} ops)")
     ops = mem.view(table + 4 * HDR, np.uint32, OPW * int(hdr[0])).reshape(-1, OPW).copy()
     st = _Step(mem, base, hdr)
     eps = float(hdr[13:14].view(np.float32)[0])
