@@ -239,6 +239,29 @@ struct KvRow {
     __device__ __forceinline__ float operator[](int d) const { return d & 1 ? bf16_hi(w[d / 2]) : bf16_lo(w[d / 2]); }
 };
 
+// Round 0's K/V rows of this CTA's item for attention op `op` asked of L2 (evict-last), a layer
+// ahead of their loads: from DRAM under the weight stream they took ~2 us, longer than the wait
+// for q / k / v they are issued before. Lane l < 4 MEGA_KEYS of warp w: key u = l / 4, K or V,
+// and a 128-byte half of the row (D = 128; one line at D = 64).
+__device__ __forceinline__ void prefetch_kv(const Mega& m, const unsigned* op) {
+    const StepInfo& si = mega_si;
+    const unsigned D = m.hdr[12], Hkv = m.hdr[11], l = m.lane;
+    if (si.g == MEGA_NONE || l >= 4 * MEGA_KEYS || (l & 1) * 128 >= 2 * D) return;
+    const unsigned row = si.krow[m.warp][l / 4];
+    if (row == MEGA_NONE) return;
+    const unsigned char* p = m.at<const unsigned char>(op[(l / 2) & 1 ? 11 : 10]) +
+                             2 * (((size_t)row * Hkv + si.g) * D) + (l & 1) * 128;
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
+}
+
+// The next attention op after op j (nops: none).
+__device__ __forceinline__ unsigned next_attention(const Mega& m, unsigned j) {
+    const unsigned nops = m.hdr[0];
+    for (++j; j < nops; ++j)
+        if (m.hdr[MEGA_HDR + MEGA_OPW * j] == MK_ATTN) break;
+    return j;
+}
+
 // The attention item of this CTA (see the header). Shared: qs [G][D] f32 (q heads, then k, then v
 // as rows G, G + 1), st [cw][G][D + 2] f32 (each warp's running m, l, acc).
 template <int DL>
@@ -273,6 +296,8 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
             vr[u].load(vp + (size_t)row * Hkv * D);
         }
     }
+    const unsigned jn = next_attention(m, j);  // the next layer's round-0 K/V into L2
+    if (jn < m.hdr[0]) prefetch_kv(m, m.hdr + MEGA_HDR + MEGA_OPW * jn);
     const unsigned jm = m.hdr[0] + 1 + 5 * j;  // this op's sub-mark rows (marks on)
     if (marks && threadIdx.x == 0) marks[(size_t)(jm + 0) * m.G + m.b] = global_ns();
     // This step's q heads of group g, its k and v: G + 2 rows of D words.
@@ -515,7 +540,8 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
         reinterpret_cast<uint4*>(hdr)[i] = __ldg(reinterpret_cast<const uint4*>(table) + i);
     Mega m{base, hdr, 0, gridDim.x, blockIdx.x, threadIdx.x / 32, threadIdx.x % 32, cw, 32 * cw};
     const unsigned nops = table[0];
-    const unsigned ring0 = (unsigned)__cvta_generic_to_shared(mega_smem) + xbytes + tbytes;
+    const unsigned char* stage0 = mega_smem + xbytes + tbytes;  // the ring (the loader's copies land here)
+    const unsigned ring0 = (unsigned)__cvta_generic_to_shared(stage0);
     if (threadIdx.x == 0) {
         quiet = 0;
         for (unsigned s = 0; s < stages; ++s) {
@@ -583,6 +609,10 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
                                       : MEGA_NONE;
     }
     compute_bar(m);
+    {
+        const unsigned j0 = next_attention(m, ~0u);  // layer 0's round-0 K/V into L2
+        if (j0 < nops) prefetch_kv(m, hdr + MEGA_HDR + MEGA_OPW * j0);
+    }
     const unsigned kmax = hdr[19];
     bf16* xs = reinterpret_cast<bf16*>(mega_smem);
     float* hf = reinterpret_cast<float*>(mega_smem + ((2 * kmax + 15) & ~15u));  // H floats
@@ -641,8 +671,8 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
                 mbar_wait_parity((unsigned)__cvta_generic_to_shared(&full[(seq + c) % stages]), ((seq + c) / stages) & 1);
             const unsigned s = seq % stages, s2 = (seq + 1) % stages;
             const unsigned rows = min(per, r1 - r), rows2 = nc == 2 ? min(per, r1 - r - per) : 0;
-            const uint4* ws = reinterpret_cast<const uint4*>(mega_smem + xbytes + s * slot);
-            const uint4* ws2 = reinterpret_cast<const uint4*>(mega_smem + xbytes + s2 * slot);
+            const uint4* ws = reinterpret_cast<const uint4*>(stage0 + s * slot);
+            const uint4* ws2 = reinterpret_cast<const uint4*>(stage0 + s2 * slot);
             for (unsigned rr = m.warp; rr < max(rows, rows2); rr += cw) {
                 float sum[2];
                 if (pair == 2)  // gate row rr and up row rr of this chunk
