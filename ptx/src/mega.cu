@@ -239,29 +239,6 @@ struct KvRow {
     __device__ __forceinline__ float operator[](int d) const { return d & 1 ? bf16_hi(w[d / 2]) : bf16_lo(w[d / 2]); }
 };
 
-// Round 0's K/V rows of this CTA's item for attention op `op` asked of L2 (evict-last), a layer
-// ahead of their loads: from DRAM under the weight stream they took ~2 us, longer than the wait
-// for q / k / v they are issued before. Lane l < 4 MEGA_KEYS of warp w: key u = l / 4, K or V,
-// and a 128-byte half of the row (D = 128; one line at D = 64).
-__device__ __forceinline__ void prefetch_kv(const Mega& m, const unsigned* op) {
-    const StepInfo& si = mega_si;
-    const unsigned D = m.hdr[12], Hkv = m.hdr[11], l = m.lane;
-    if (si.g == MEGA_NONE || l >= 4 * MEGA_KEYS || (l & 1) * 128 >= 2 * D) return;
-    const unsigned row = si.krow[m.warp][l / 4];
-    if (row == MEGA_NONE) return;
-    const unsigned char* p = m.at<const unsigned char>(op[(l / 2) & 1 ? 11 : 10]) +
-                             2 * (((size_t)row * Hkv + si.g) * D) + (l & 1) * 128;
-    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-}
-
-// The next attention op after op j (nops: none).
-__device__ __forceinline__ unsigned next_attention(const Mega& m, unsigned j) {
-    const unsigned nops = m.hdr[0];
-    for (++j; j < nops; ++j)
-        if (m.hdr[MEGA_HDR + MEGA_OPW * j] == MK_ATTN) break;
-    return j;
-}
-
 // The attention item of this CTA (see the header). Shared: qs [G][D] f32 (q heads, then k, then v
 // as rows G, G + 1), st [cw][G][D + 2] f32 (each warp's running m, l, acc).
 template <int DL>
@@ -296,8 +273,6 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
             vr[u].load(vp + (size_t)row * Hkv * D);
         }
     }
-    const unsigned jn = next_attention(m, j);  // the next layer's round-0 K/V into L2
-    if (jn < m.hdr[0]) prefetch_kv(m, m.hdr + MEGA_HDR + MEGA_OPW * jn);
     const unsigned jm = m.hdr[0] + 1 + 5 * j;  // this op's sub-mark rows (marks on)
     if (marks && threadIdx.x == 0) marks[(size_t)(jm + 0) * m.G + m.b] = global_ns();
     // This step's q heads of group g, its k and v: G + 2 rows of D words.
@@ -397,20 +372,37 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
 #pragma unroll
             for (int d = 0; d < DL; ++d) qv[d] = qs[q * D + DL * lane + d], acc[d] = w[2 + DL * lane + d];
             float mx = w[0], l = w[1];
+            // the round's scores together (their warp sums interleaved), then one online update
+            float sc[MEGA_KEYS];
 #pragma unroll
             for (int u = 0; u < MEGA_KEYS; ++u) {
-                if (base + m.cw * u >= k1) break;
-                float dot = 0.0f;
+                sc[u] = 0.0f;
 #pragma unroll
-                for (int d = 0; d < DL; ++d) dot = fmaf(qv[d], kr[u][d], dot);
-                const float sc = warp_sum(dot) * scale;
-                const float mn = fmaxf(mx, sc);
-                const float c = expf(mx - mn), p = expf(sc - mn);
-                l = l * c + p;
-#pragma unroll
-                for (int d = 0; d < DL; ++d) acc[d] = fmaf(p, vr[u][d], acc[d] * c);
-                mx = mn;
+                for (int d = 0; d < DL; ++d) sc[u] = fmaf(qv[d], kr[u][d], sc[u]);
             }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int u = 0; u < MEGA_KEYS; ++u) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], o);
+            float mn = mx;
+#pragma unroll
+            for (int u = 0; u < MEGA_KEYS; ++u) {
+                sc[u] = base + m.cw * u < k1 ? sc[u] * scale : -INFINITY;  // key u of this round, if any
+                mn = fmaxf(mn, sc[u]);
+            }
+            const float c = expf(mx - mn);  // mn is finite: key 0 of the round exists
+            l *= c;
+#pragma unroll
+            for (int d = 0; d < DL; ++d) acc[d] *= c;
+#pragma unroll
+            for (int u = 0; u < MEGA_KEYS; ++u) {
+                if (base + m.cw * u >= k1) break;  // a missing key's registers hold no value (NaN x 0 = NaN)
+                const float p = expf(sc[u] - mn);
+                l += p;
+#pragma unroll
+                for (int d = 0; d < DL; ++d) acc[d] = fmaf(p, vr[u][d], acc[d]);
+            }
+            mx = mn;
             __syncwarp();
             if (lane == 0) w[0] = mx, w[1] = l;
 #pragma unroll
@@ -609,10 +601,6 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
                                       : MEGA_NONE;
     }
     compute_bar(m);
-    {
-        const unsigned j0 = next_attention(m, ~0u);  // layer 0's round-0 K/V into L2
-        if (j0 < nops) prefetch_kv(m, hdr + MEGA_HDR + MEGA_OPW * j0);
-    }
     const unsigned kmax = hdr[19];
     bf16* xs = reinterpret_cast<bf16*>(mega_smem);
     float* hf = reinterpret_cast<float*>(mega_smem + ((2 * kmax + 15) & ~15u));  // H floats
