@@ -21,7 +21,8 @@
 //   (gate and up rows of one output together in the SiLU op); lane l sums its 16-byte units in
 //   four fp32 chains (stream_row); a shfl_xor tree; fp32 epilogue.
 // Numerics follow the decode graph's kernels rounding for rounding (bf16 wherever the graph
-// stores bf16; the residual stream in fp32); only summation orders differ.
+// stores bf16; the residual stream in fp32); summation orders (and the attention's online
+// softmax) differ.
 //
 // Table (u32 words at `table`): a header of MEGA_HDR words, then nops ops of MEGA_OPW words.
 // Every address is an offset from `base` in 16-byte units (MEGA_NONE: absent). Header:
@@ -30,7 +31,9 @@
 //   [9] max_blocks  [10] Hq  [11] Hkv  [12] D  [13] eps (f32 bits)  [14] scale (f32 bits)
 //   [15] smax: most key splits  [16] keys a split takes at least  [17] rope table ([pos][D/2][2]
 //   f32)  [18] ring_len  [19] kmax (the longest K)  [20] H  [21] xbytes (shared bytes before the
-//   ring)  [22] logits (f32 [V])  [23] tokens (i32)
+//   ring)  [22] logits (f32 [V])  [23] tokens (i32)  [24] marks (u64 [6 nops + 1][G], see the
+//   kernel) or MEGA_NONE  [25] tbytes: the table's bytes, copied into shared memory at the start
+//   (between the x area and the ring); the step's attention plan is read once, after the wait
 // Op words: [0] kind  [1] N  [2] K  [3] W (bf16 [N, K]; MK_SILU: [2N, K], gate rows then up)
 //   [4] input words (MK_QKV, MK_SILU, MK_HEAD: the residual stream h, or with [9] & 1 plain f32
 //   at [4]; MK_ORES: x; MK_ATTN: qkv; MK_MERGE: partials; MK_PICK: the head's per-CTA words)
@@ -65,10 +68,6 @@
 #define MEGA_KEYS 3  // keys a warp holds in registers per round (the first round issued before the wait)
 enum : unsigned { MK_QKV = 1, MK_ATTN = 2, MK_MERGE = 3, MK_ORES = 4, MK_SILU = 5, MK_HEAD = 6, MK_PICK = 7 };
 
-namespace {
-
-typedef unsigned long long u64;
-
 // This step's attention plan, the same for every layer: read once after the PDL wait.
 struct StepInfo {
     int n;                // keys, the new one included (seq_len)
@@ -81,6 +80,13 @@ struct StepInfo {
     unsigned krow[15][MEGA_KEYS];  // round 0's pool row of warp w's u-th key (MEGA_NONE: none / the new key)
 };
 
+// Outside the anonymous namespace: its PTX name must not depend on the source's path.
+__shared__ StepInfo mega_si;  // this CTA's, written once a step after the PDL wait
+
+namespace {
+
+typedef unsigned long long u64;
+
 struct Mega {
     unsigned char* base;
     const unsigned* hdr;  // the op table, copied into shared memory
@@ -91,7 +97,6 @@ struct Mega {
     }
 };
 
-__shared__ StepInfo mega_si;  // this CTA's, written once a step after the PDL wait
 
 // The marks region when marks are on (header word 24), else nullptr.
 __device__ __forceinline__ unsigned long long* marks_of(const Mega& m) {
