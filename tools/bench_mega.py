@@ -23,7 +23,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def profile(name: str, prompt: int, new: int, seed: int = 0, backend: str = "cuda") -> dict:
-    os.environ["FIXEDGRAPH_MEGA"] = "1"
+    saved = os.environ.get("FIXEDGRAPH_MEGA")
+    os.environ["FIXEDGRAPH_MEGA"] = "1"  # for this model's boot only: restored below
+    try:
+        return _profile(name, prompt, new, seed, backend)
+    finally:
+        if saved is None:
+            os.environ.pop("FIXEDGRAPH_MEGA", None)
+        else:
+            os.environ["FIXEDGRAPH_MEGA"] = saved
+
+
+def _profile(name: str, prompt: int, new: int, seed: int, backend: str) -> dict:
     from fixedgraph.ops import mega
     from fixedgraph.sampling import SamplingParams
     from fixedgraph.testing.checkpoints import random_llm

@@ -1,5 +1,7 @@
 """The persistent decode step (FIXEDGRAPH_MEGA=1, ptx/src/mega.cu) on the reference backend: its
 twin against float32 transformers through the engine, and its program's shape."""
+import os
+
 import pytest
 
 from tests.model_checks import check_greedy, check_teacher_forced
@@ -23,7 +25,8 @@ def test_mega_greedy_tokens_match(tmp_path, rng, monkeypatch):
     check_greedy("tiny-qwen3", "reference", tmp_path, rng, prompt_len=20, n_new=16, chunk=16)
 
 
-def test_bench_mega_runs_on_the_reference_backend():
+def test_bench_mega_runs_on_the_reference_backend(monkeypatch):
+    monkeypatch.delenv("FIXEDGRAPH_MEGA", raising=False)
     # tools/bench_mega.py's path end to end (the twin writes no marks: every share reads 0)
     import importlib.util
     from pathlib import Path
@@ -33,3 +36,4 @@ def test_bench_mega_runs_on_the_reference_backend():
     spec.loader.exec_module(mod)
     r = mod.profile("tiny-qwen3", 40, 4, backend="reference")
     assert set(r["ops"]) >= {"norm+qkv", "attention", "norm+lm_head+argmax"} and r["ms_per_token_wall"] > 0
+    assert "FIXEDGRAPH_MEGA" not in os.environ  # the tool leaves the knob as it found it (unset here)
