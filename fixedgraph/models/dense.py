@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 
 from fixedgraph.errors import UnsupportedModel
@@ -95,7 +96,14 @@ class DenseDecoder:
         self.slot_bytes = (max(l.nbytes for l in layouts) + 255) // 256 * 256  # one staging slot
         # The persistent decode step (ptx/src/mega.cu) for batch-1 greedy steps: FIXEDGRAPH_MEGA=1
         # where the model fits it (mega.unsupported); otherwise the graph of launches.
-        self.mega = mega.shape_of(cfg, sizes.num_sms) if mega_wanted() and not mega.unsupported(cfg) else None
+        self.mega = None
+        if mega_wanted():
+            why = mega.unsupported(cfg)
+            if why:
+                warnings.warn(f"FIXEDGRAPH_MEGA=1: this model's decode steps stay graphs of launches: {why}",
+                              stacklevel=2)
+            else:
+                self.mega = mega.shape_of(cfg, sizes.num_sms)
 
     # ---- arena ----------------------------------------------------------------------------
 

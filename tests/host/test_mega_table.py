@@ -54,3 +54,12 @@ def test_knob_and_unsupported_models(monkeypatch):
         mega_wanted()
     assert "head_dim" in mega.unsupported(_cfg("tiny-odd")) or "multiples of 8" in mega.unsupported(_cfg("tiny-odd"))
     assert mega.unsupported(_cfg("qwen3-0.6b")) is None
+
+
+def test_an_unsupported_model_warns_and_keeps_the_graph(monkeypatch):
+    monkeypatch.setenv("FIXEDGRAPH_MEGA", "1")
+    sizes = Sizes(widths=(1,), chunk_buckets=(64,), block_size=16, num_blocks=9, max_model_len=128, ring_len=16)
+    with pytest.warns(UserWarning, match="stay graphs of launches"):
+        model = DenseDecoder(_cfg("tiny-odd"), sizes)
+    assert model.mega is None and model.boot_tables(model.plan()) == {}
+    assert "decode_mega" not in [op.entry for op in model.decode_program(1, False).ops]
