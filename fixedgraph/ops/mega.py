@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fixedgraph.layout import ArenaPlan
-from fixedgraph.program import Arg, HostPtr, Program
+from fixedgraph.program import Arg, Program
 
 HDR, OPW, NONE = 32, 16, 0xFFFFFFFF
 MK_QKV, MK_ATTN, MK_MERGE, MK_ORES, MK_SILU, MK_HEAD, MK_PICK = range(1, 8)
@@ -194,4 +194,4 @@ def decode_mega(prog: Program, base: Arg, table: Arg, ring: Arg, s: MegaShape, l
                        shared=s.shared, label=label)
 
 
-__all__ = ["HostPtr", "MegaShape", "arena_regions", "build_table", "decode_mega", "shape_of", "unsupported"]
+__all__ = ["MegaShape", "arena_regions", "build_table", "decode_mega", "shape_of", "unsupported"]

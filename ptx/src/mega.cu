@@ -67,6 +67,7 @@
 #define MEGA_MAX_STAGES 16
 #define MEGA_KEYS 3  // keys a warp holds in registers per round (the first round issued before the wait)
 enum : unsigned { MK_QKV = 1, MK_ATTN = 2, MK_MERGE = 3, MK_ORES = 4, MK_SILU = 5, MK_HEAD = 6, MK_PICK = 7 };
+enum : unsigned { MF_X_PLAIN = 1, MF_RES_PLAIN = 2 };  // op word 9 (ops/mega.py FLAG_*)
 
 // This step's attention plan, the same for every layer: read once after the PDL wait.
 struct StepInfo {
@@ -192,7 +193,7 @@ __device__ __forceinline__ void read_normed(const Mega& m, const unsigned* op, b
     for (int q = 0; q < kW; ++q)
         if (threadIdx.x + q * m.nthreads < H) wr[q] = w[threadIdx.x + q * m.nthreads];
     float ss = 0.0f;
-    if (op[9] & 1u) {
+    if (op[9] & MF_X_PLAIN) {
         const float* h = m.at<const float>(op[4]);
         for (unsigned i = threadIdx.x; i < H; i += m.nthreads) {
             const float v = h[i];
@@ -641,7 +642,7 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
         unsigned r0, r1;
         own_rows(m.b, m.G, N, r0, r1);
         if (kind == MK_ORES) {  // x, and the residual of this CTA's rows into hf (issued first, checked after)
-            const bool plain = op[9] & 2u;  // layer 0: the residual is the embedding, plain fp32
+            const bool plain = op[9] & MF_RES_PLAIN;  // layer 0: the residual is the embedding, plain fp32
             const u64* res = m.at<const u64>(op[8]) + r0;
             const u64 rv = !plain && threadIdx.x < r1 - r0 ? ll_load(res + threadIdx.x) : 0;
             ll_read(m, m.at<const u64>(op[4]), K, [&](unsigned i, float v) { xs[i] = __float2bfloat16_rn(v); });

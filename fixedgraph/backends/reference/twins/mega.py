@@ -11,7 +11,7 @@ import numpy as np
 
 from fixedgraph import bf16
 from fixedgraph.backends.reference.twins import twin
-from fixedgraph.backends.reference.twins.attention import _rotate_half
+from fixedgraph.backends.reference.twins.attention import _gather_kv, _rotate_half, _split_softmax
 from fixedgraph.backends.reference.twins.embed_norm import rms_norm_bf16
 from fixedgraph.backends.reference.twins.gemv import silu_mul_f32
 from fixedgraph.ops.mega import (HDR, MK_ATTN, MK_HEAD, MK_MERGE, MK_ORES, MK_PICK, MK_QKV, MK_SILU,
@@ -89,37 +89,27 @@ def _attention(st: _Step, op: np.ndarray, G_ctas: int) -> None:
     vp = st.addr(op[11])
     if Hkv * S > G_ctas:
         raise ValueError(f"decode_mega: {Hkv} kv heads x {S} splits exceed the grid's {G_ctas} CTAs")
-    table = st.meta(6, np.int32, int(h[9]))
-    keys = np.arange(max(n, 0))
-    rows = table[keys // bs].astype(np.int64) * bs + keys % bs if n > 0 else keys
-    if n > 0:
-        per = Hkv * D
-        top = (int(rows.max()) + 1) * per
-        K = bf16.to_f32(st.mem.view(kp, np.uint16, top).reshape(-1, Hkv, D)[rows])  # [n, Hkv, D]
-        V = bf16.to_f32(st.mem.view(vp, np.uint16, top).reshape(-1, Hkv, D)[rows])
+    if n > 0:  # [Hkv, n, D], gathered before this step's key is written
+        K, V = _gather_kv(st.mem, kp, vp, st.meta(6, np.int32, int(h[9])), n, bs, Hkv, D)
     if slot >= 0 and n >= 1:  # the new key and value: into the pools, and in place of key n - 1
         top = (slot + 1) * Hkv * D
         st.mem.view(kp, np.uint16, top).reshape(-1, Hkv, D)[slot] = bf16.from_f32(k)
         st.mem.view(vp, np.uint16, top).reshape(-1, Hkv, D)[slot] = bf16.from_f32(v)
-        K[n - 1], V[n - 1] = k, v
-    for g in range(Hkv):
-        qg = q[g * G:(g + 1) * G]  # [G, D]
-        for s in range(S):
-            k0, k1 = min(n, s * kps), min(n, s * kps + kps)
-            if k1 > k0:
-                sc = (qg @ K[k0:k1, g].T) * scale  # [G, keys]
-                m = sc.max(axis=1)
-                p = np.exp(sc - m[:, None])
-                l = p.sum(axis=1)
-                o = (p @ V[k0:k1, g]) / l[:, None]
-            else:
-                m, l, o = np.full(G, -np.inf, np.float32), np.zeros(G, np.float32), np.zeros((G, D), np.float32)
-            if S == 1:
-                st.put(op[8], bf16.round_f32(o), at=g * G * D)
-                continue
-            for i in range(G):
-                part = np.concatenate([[m[i], l[i]], o[i]]).astype(np.float32)
-                st.put(op[7], part, at=((g * G + i) * smax + s) * (D + 2))
+        K[:, n - 1], V[:, n - 1] = k, v
+    qg = q.reshape(Hkv, G, D)
+    for s in range(S):  # item (g, s) of every kv head g at once
+        k0, k1 = min(n, s * kps), min(n, s * kps + kps)
+        if k1 > k0:
+            o, m, l = _split_softmax((qg @ K[:, k0:k1].transpose(0, 2, 1)) * scale, V[:, k0:k1])
+        else:
+            o, m, l = (np.zeros((Hkv, G, D), np.float32), np.full((Hkv, G), -np.inf, np.float32),
+                       np.zeros((Hkv, G), np.float32))
+        if S == 1:
+            st.put(op[8], bf16.round_f32(o))
+            continue
+        parts = np.concatenate([m[..., None], l[..., None], o], axis=-1).reshape(Hq, D + 2)
+        for hq in range(Hq):
+            st.put(op[7], parts[hq], at=(hq * smax + s) * (D + 2))
 
 
 def _merge(st: _Step, op: np.ndarray) -> None:
