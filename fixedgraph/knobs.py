@@ -74,6 +74,9 @@ KNOBS: tuple[Knob, ...] = (
          "fixedgraph.ops.gemv.preloaded_carveout"),
     Knob("FIXEDGRAPH_MEGA", "tuning", "0", "1 runs batch-1 greedy decode steps as one persistent launch "
          "(ptx/src/mega.cu) where the model fits it", "fixedgraph.models.dense.mega_wanted"),
+    Knob("FIXEDGRAPH_MEGA_QUIET", "tuning", "0", "decode_mega's weight-stream pauses (bits): 1 no weight copy from "
+         "norm + qkv's end until o_proj's input is read, 2 none during norm + qkv but its own",
+         "fixedgraph.models.dense.mega_quiet"),
     Knob("FIXEDGRAPH_ATTN_SWAP", "tuning", "3", "decode attention's heads-on-N entries: 3 _swp everywhere, 2 at "
          "d128's short entry only, 1 _sw, 0 never", "fixedgraph.ops.attention.choose_swap"),
     Knob("FIXEDGRAPH_ATTN_MAX_SPLITS", "tuning", "32", "the most splits a decode graph plans per (row, kv head)",

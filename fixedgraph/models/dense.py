@@ -68,6 +68,15 @@ def mega_wanted() -> bool:
     return v == "1"
 
 
+def mega_quiet() -> int:
+    """FIXEDGRAPH_MEGA_QUIET: decode_mega's quiet policy bits (ops/mega.py QUIET_*), 0-3."""
+    v = os.environ.get("FIXEDGRAPH_MEGA_QUIET", "0")
+    if v not in ("0", "1", "2", "3"):
+        raise ValueError(f"FIXEDGRAPH_MEGA_QUIET must be 0, 1, 2 or 3 (bits: 1 quiet through the attention, "
+                         f"2 through norm + qkv), got {v!r}")
+    return int(v)
+
+
 class DenseDecoder:
     def __init__(self, cfg: ModelConfig, sizes: Sizes) -> None:
         self.cfg, self.sizes = cfg, sizes
@@ -174,7 +183,8 @@ class DenseDecoder:
             self.mega, plan, meta_region=f"meta.decode.{w}", meta_fields=fields, counter="stage_counter",
             hidden="hidden", logits="logits", tokens="tokens", rope="rope", block_size=self.sizes.block_size,
             max_blocks=self.sizes.max_blocks, eps=c.rms_norm_eps, scale=self.scale, ring_len=self.sizes.ring_len,
-            qk_norm=c.qk_norm, bias=c.attention_bias, head="embed" if c.tie_word_embeddings else "lm_head")
+            qk_norm=c.qk_norm, bias=c.attention_bias, head="embed" if c.tie_word_embeddings else "lm_head",
+            quiet=mega_quiet())
         return {"mega.table": table}
 
     def weight_targets(self) -> dict[str, tuple[str, int]]:

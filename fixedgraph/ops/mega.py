@@ -21,6 +21,8 @@ MK_QKV, MK_ATTN, MK_MERGE, MK_ORES, MK_SILU, MK_HEAD, MK_PICK = range(1, 8)
 KIND_NAMES = {MK_QKV: "norm+qkv", MK_ATTN: "attention", MK_MERGE: "split merge", MK_ORES: "gemv+residual",
               MK_SILU: "norm+gate_up+silu", MK_HEAD: "norm+lm_head+argmax", MK_PICK: "pick"}
 FLAG_X_PLAIN, FLAG_RES_PLAIN = 1, 2
+QUIET_ATTN, QUIET_QKV = 1, 2  # header word 26: mega.cu's MQ_* (when the loader issues no weight copy)
+QUIET_WORD = 26
 COMPUTE_WARPS = 15  # + 1 loader warp: 512 threads (116 registers, no spills)
 THREADS = 32 * (COMPUTE_WARPS + 1)
 MAX_STAGES = 16
@@ -131,10 +133,13 @@ def _f32_bits(x: float) -> int:
 
 def build_table(s: MegaShape, plan: ArenaPlan, *, meta_region: str, meta_fields: dict[str, int], counter: str,
                 hidden: str, logits: str, tokens: str, rope: str, block_size: int, max_blocks: int, eps: float,
-                scale: float, ring_len: int, qk_norm: bool, bias: bool, head: str) -> np.ndarray:
+                scale: float, ring_len: int, qk_norm: bool, bias: bool, head: str, quiet: int = 0) -> np.ndarray:
     """The u32 op table of one decode step (ptx/src/mega.cu's header) over ``plan``'s regions:
     every address as its offset from the arena base in 16-byte units. Region names are the
-    dense decoder's (``L{i}.qkv_w`` ...) and ``arena_regions``'."""
+    dense decoder's (``L{i}.qkv_w`` ...) and ``arena_regions``'. ``quiet``: QUIET_* bits (scheduling
+    only: the results do not depend on them)."""
+    if quiet & ~(QUIET_ATTN | QUIET_QKV):
+        raise ValueError(f"decode_mega: quiet policy {quiet} has bits other than QUIET_ATTN (1) and QUIET_QKV (2)")
     def at(name: str, byte: int = 0) -> int:
         off = plan[name].offset + byte
         if off % 16:
@@ -145,7 +150,7 @@ def build_table(s: MegaShape, plan: ArenaPlan, *, meta_region: str, meta_fields:
     hdr = [num_ops(s), at(counter), at(meta_region), meta_fields["positions"], meta_fields["slot"],
            meta_fields["seq_len"], meta_fields["block_table"], meta_fields["step"], block_size, max_blocks,
            s.Hq, s.Hkv, s.D, _f32_bits(eps), _f32_bits(scale), s.smax, SPLIT_KEYS, at(rope), ring_len, s.kmax,
-           s.H, s.xbytes, at(logits), at(tokens), NONE, s.tbytes]
+           s.H, s.xbytes, at(logits), at(tokens), NONE, s.tbytes, quiet]
     t[: len(hdr)] = hdr
     ops: list[list[int]] = []
 

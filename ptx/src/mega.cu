@@ -34,6 +34,8 @@
 //   ring)  [22] logits (f32 [V])  [23] tokens (i32)  [24] marks (u64 [6 nops + 1][G], see the
 //   kernel) or MEGA_NONE  [25] tbytes: the table's bytes, copied into shared memory at the start
 //   (between the x area and the ring); the step's attention plan is read once, after the wait
+//   [26] quiet policy bits (MQ_*; 0: the loader is quiet from an op's last stage release until the
+//   next op's input is read)
 // Op words: [0] kind  [1] N  [2] K  [3] W (bf16 [N, K]; MK_SILU: [2N, K], gate rows then up)
 //   [4] input words (MK_QKV, MK_SILU, MK_HEAD: the residual stream h, or with [9] & 1 plain f32
 //   at [4]; MK_ORES: x; MK_ATTN: qkv; MK_MERGE: partials; MK_PICK: the head's per-CTA words)
@@ -68,6 +70,11 @@
 #define MEGA_KEYS 3  // keys a warp holds in registers per round (the first round issued before the wait)
 enum : unsigned { MK_QKV = 1, MK_ATTN = 2, MK_MERGE = 3, MK_ORES = 4, MK_SILU = 5, MK_HEAD = 6, MK_PICK = 7 };
 enum : unsigned { MF_X_PLAIN = 1, MF_RES_PLAIN = 2 };  // op word 9 (ops/mega.py FLAG_*)
+// Header word 26 (ops/mega.py QUIET_*): MQ_ATTN keeps the loader quiet from norm + qkv's last
+// release through the attention and the merge until o_proj's x is read (no weight copy in flight
+// beside the K/V loads); MQ_QKV keeps it quiet through norm + qkv too, except for norm + qkv's own
+// stages (the loader may always issue a stage of the op the compute warps are in).
+enum : unsigned { MQ_ATTN = 1, MQ_QKV = 2 };
 
 // This step's attention plan, the same for every layer: read once after the PDL wait.
 struct StepInfo {
@@ -306,7 +313,7 @@ __device__ __forceinline__ void attention_op(const Mega& m, const unsigned* op, 
         },
         [&](unsigned i, float v) { qs[i] = v; });
     compute_bar(m);
-    if (threadIdx.x == 0) *quiet = 0;  // the op's input is read: the loader may stream again
+    if (threadIdx.x == 0 && !(m.hdr[26] & MQ_ATTN)) *quiet = 0;  // the op's input is read: the loader may stream again
     if (marks && threadIdx.x == 0) marks[(size_t)(jm + 1) * m.G + m.b] = global_ns();
     // QK-norm + RoPE of rows 0..G (q heads, k), a warp a row (qk_norm_rope_kv's arithmetic:
     // bf16(w * bf16(x * inv_rms)), then o1 = x1 cos - x2 sin, o2 = x2 cos + x1 sin unfused, rounded)
@@ -523,6 +530,7 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
     __shared__ u64 red64[16];
     __shared__ float red[16];
     __shared__ volatile unsigned quiet;  // 1 from an op's last stage release until the next op's input is read
+    __shared__ volatile unsigned cur_op;  // the op the compute warps are in (MQ_QKV's exception)
     StepInfo& si = mega_si;
     extern __shared__ __align__(16) unsigned char mega_smem[];
     unsigned dyn;
@@ -542,6 +550,7 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
     const unsigned ring0 = (unsigned)__cvta_generic_to_shared(stage0);
     if (threadIdx.x == 0) {
         quiet = 0;
+        cur_op = 0;
         for (unsigned s = 0; s < stages; ++s) {
             mbar_init1((unsigned)__cvta_generic_to_shared(&full[s]));
             asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(&empty[s])),
@@ -566,7 +575,7 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
                     if (use > 0) mbar_wait_parity((unsigned)__cvta_generic_to_shared(&empty[s]), (use - 1) & 1);
                     const unsigned rows = min(per, r1 - r), bytes = 2 * K * rows;
                     const unsigned bar = (unsigned)__cvta_generic_to_shared(&full[s]);
-                    while (quiet) __nanosleep(32);
+                    while (quiet && !(hdr[26] & MQ_QKV && j <= cur_op)) __nanosleep(32);
                     mbar_expect(bar, bytes * pair);
                     for (unsigned p = 0; p < pair; ++p)
                         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
@@ -622,20 +631,20 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
         const unsigned* op = hdr + MEGA_HDR + MEGA_OPW * j;
         const unsigned kind = op[0], N = op[1], K = op[2];
         if (marks && threadIdx.x == 0 && j > 0) marks[(size_t)(j - 1) * m.G + m.b] = global_ns();
-        if (threadIdx.x == 0) quiet = 1;  // also when the op before had no rows here
+        if (threadIdx.x == 0) quiet = 1, cur_op = j;  // quiet also when the op before had no rows here
         compute_bar(m);
         if (kind == MK_ATTN) {
             const unsigned G = hdr[10] / hdr[11];
             float* st = qs + (G + 2) * hdr[12];
             if (hdr[12] == 128) attention_op<4>(m, op, j, qs, st, &quiet);
             else attention_op<2>(m, op, j, qs, st, &quiet);
-            if (threadIdx.x == 0) quiet = 0;  // (CTAs without an item)
+            if (threadIdx.x == 0 && !(hdr[26] & MQ_ATTN)) quiet = 0;  // (CTAs without an item)
             continue;
         }
         if (kind == MK_MERGE || kind == MK_PICK) {
             if (kind == MK_MERGE) merge_op(m, op);
             else pick_op(m, op, ring, red64);
-            if (threadIdx.x == 0) quiet = 0;
+            if (threadIdx.x == 0 && !(kind == MK_MERGE && hdr[26] & MQ_ATTN)) quiet = 0;
             continue;
         }
         // a GEMV: its x into shared memory, then this CTA's rows as the stages land
@@ -654,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(512) decode_mega(unsigned char* bas
             read_normed(m, op, xs, hf, red);
         }
         compute_bar(m);
-        if (threadIdx.x == 0) quiet = 0;
+        if (threadIdx.x == 0 && !(kind == MK_QKV && hdr[26] & MQ_QKV)) quiet = 0;
         const unsigned pair = kind == MK_SILU ? 2 : 1;
         const unsigned per = slot / (2 * K * pair);
         const uint4* x4 = reinterpret_cast<const uint4*>(xs);

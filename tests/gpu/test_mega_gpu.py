@@ -41,3 +41,24 @@ def test_mega_graph_replay_equals_eager_and_the_twin(cuda, tmp_path, rng, monkey
     b = ref.runner.teacher_forced_logits(tokens, 128)
     err = np.abs(a - b).max() / np.abs(b).max()
     assert err < 2e-2, err
+
+
+@pytest.mark.parametrize("name,prompt_len", [("tiny-long", 1300), ("qwen3-0.6b", 100)])
+def test_mega_quiet_policies_change_no_bit(name, prompt_len, cuda, rng, monkeypatch):
+    # FIXEDGRAPH_MEGA_QUIET only moves when the loader issues its copies: the same logits bit for
+    # bit, and no policy stalls the step (the loader may always issue the compute's own op)
+    from fixedgraph.testing.checkpoints import random_llm
+
+    monkeypatch.setenv("FIXEDGRAPH_MEGA", "1")
+    seed = int(rng.integers(1 << 30))
+    tokens = None
+    logits = {}
+    for policy in ("0", "1", "2", "3"):
+        monkeypatch.setenv("FIXEDGRAPH_MEGA_QUIET", policy)
+        llm = random_llm(name, seed, max_model_len=prompt_len + 32, prefill_chunk=256, lift_positions=True)
+        if tokens is None:
+            tokens = rng.integers(0, llm.config.vocab_size, size=prompt_len + 12).tolist()
+        logits[policy] = llm.runner.teacher_forced_logits(tokens, prompt_len)
+        del llm
+    for policy in ("1", "2", "3"):
+        assert np.array_equal(logits[policy], logits["0"]), policy

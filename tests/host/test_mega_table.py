@@ -63,3 +63,17 @@ def test_an_unsupported_model_warns_and_keeps_the_graph(monkeypatch):
         model = DenseDecoder(_cfg("tiny-odd"), sizes)
     assert model.mega is None and model.boot_tables(model.plan()) == {}
     assert "decode_mega" not in [op.entry for op in model.decode_program(1, False).ops]
+
+
+def test_quiet_policy_word(monkeypatch):
+    """FIXEDGRAPH_MEGA_QUIET lands in header word 26 (the loader's pauses); bad values are refused."""
+    monkeypatch.setenv("FIXEDGRAPH_MEGA", "1")
+    sizes = Sizes(widths=(1,), chunk_buckets=(64,), block_size=16, num_blocks=65, max_model_len=1024, ring_len=16)
+    model = DenseDecoder(_cfg("qwen3-0.6b"), sizes)
+    plan = model.plan()
+    assert model.boot_tables(plan)["mega.table"][mega.QUIET_WORD] == 0
+    monkeypatch.setenv("FIXEDGRAPH_MEGA_QUIET", "3")
+    assert model.boot_tables(plan)["mega.table"][mega.QUIET_WORD] == mega.QUIET_ATTN | mega.QUIET_QKV
+    monkeypatch.setenv("FIXEDGRAPH_MEGA_QUIET", "4")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_MEGA_QUIET must be"):
+        model.boot_tables(plan)
