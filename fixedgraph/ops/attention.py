@@ -6,9 +6,10 @@ sequence lives in block ``block_table[t // block_size]`` at offset ``t % block_s
 h reads kv head ``h // (Hq // Hkv)``. Decode with ``num_splits > 1`` needs the scratch regions
 named by ``decode_scratch``; the same scratch serves every layer (launches run in order).
 
-NOTE: the arrival counters (``SCRATCH_COUNT``, one u32 per (row, kv head)) must be zeroed once
-when the arena is created (see ``ZERO_AT_BOOT``); every decode launch leaves them at 0 again, so
-graph replays need nothing further. The reference twin refuses to run on non-zero counters.
+NOTE: the counters (``SCRATCH_COUNT``: per (row, kv head) one u32 of split arrivals and one of
+tiles taken, the latter used by the tile-sharing ``_st`` entries) must be zeroed once when the
+arena is created (see ``ZERO_AT_BOOT``); every decode launch leaves them at 0 again, so graph
+replays need nothing further. The reference twin refuses to run on non-zero counters.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ ONE_PER_SM_REF_SMS = 132  # the SM count ONE_PER_SM_MIB was measured on (H200); 
 MIN_KEYS_PER_SPLIT = 64  # one tile: at short contexts fewer splits beat more CTAs (A/B: 32, 64, 128, 256 keys)
 SCRATCH_O = "attn_split_o"  # [rows, Hq, num_splits, D] f32: per-split normalised outputs
 SCRATCH_ML = "attn_split_ml"  # [rows, Hq, num_splits, 2] f32: per-split (max score ln, sum exp)
-SCRATCH_COUNT = "attn_split_count"  # [rows, Hkv] u32: split arrivals, 0 at rest
+SCRATCH_COUNT = "attn_split_count"  # [2 rows, Hkv] u32: split arrivals, then tiles taken; 0 at rest
 ZERO_AT_BOOT = (SCRATCH_COUNT,)  # scratch regions the arena must hold zeroed before the first launch
 
 
@@ -46,14 +47,15 @@ def decode_scratch(rows: int, Hq: int, D: int, num_splits: int,
                    Hkv: int | None = None) -> dict[str, tuple[tuple[int, ...], str]]:
     """Scratch regions ``attention_decode`` needs: ``name -> (shape, dtype)``; empty when S == 1.
 
-    ``SCRATCH_COUNT`` ([rows, Hkv] u32; sized [rows, Hq] when ``Hkv`` is not given, which covers
-    any Hkv) must be zeroed at boot: see ``ZERO_AT_BOOT``.
+    ``SCRATCH_COUNT`` ([2 rows, Hkv] u32: the arrival counters, then the ``_st`` entries' tile
+    counters; sized [2 rows, Hq] when ``Hkv`` is not given, which covers any Hkv) must be zeroed
+    at boot: see ``ZERO_AT_BOOT``.
     """
     if num_splits <= 1:
         return {}
     return {SCRATCH_O: ((rows, Hq, num_splits, D), "f32"),
             SCRATCH_ML: ((rows, Hq, num_splits, 2), "f32"),
-            SCRATCH_COUNT: ((rows, Hkv if Hkv else Hq), "u32")}
+            SCRATCH_COUNT: ((2 * rows, Hkv if Hkv else Hq), "u32")}
 
 
 def boot_zero_regions(region_names) -> list[str]:
@@ -124,6 +126,53 @@ def min_keys_per_split() -> int:
     return _env_count("FIXEDGRAPH_ATTN_MIN_KEYS", MIN_KEYS_PER_SPLIT, "keys")
 
 
+# Tile sharing (FIXEDGRAPH_ATTN_STEAL, the ``_st`` entries: decode_tc's STEAL in attention_decode.cuh).
+# A split's CTA takes its first two tiles by its index and then takes tiles from a (row, kv head)
+# counter until none is left, so that CTAs which start late (beside the predecessor's CTAs, or
+# after them) take fewer tiles instead of finishing last. The row's whole block table sits in
+# shared memory (4 bytes a block after the tiles), so the take is one atomic a tile and never a
+# block-table round trip. Planned from STEAL_MIN_SPLITS splits on, for one pass of query heads.
+STEAL_MIN_SPLITS = 24
+STEAL_MAX_TABLE_BYTES = 32 << 10  # the shared block table's ceiling: two CTAs an SM still fit
+
+
+def steal_mode() -> bool:
+    """FIXEDGRAPH_ATTN_STEAL: 1 plans the tile-sharing ``_st`` decode entries where they apply
+    (``steal_fits``), 0 (the default) never."""
+    raw = os.environ.get("FIXEDGRAPH_ATTN_STEAL", "0").strip()
+    if raw not in ("0", "1"):
+        raise ValueError(f"FIXEDGRAPH_ATTN_STEAL={raw!r}: give 1 (decode attention CTAs share a row's "
+                         f"tiles at run time, from {STEAL_MIN_SPLITS} splits on) or 0 (the default: "
+                         f"each split keeps its own key range)")
+    return raw == "1"
+
+
+def steal_fits(D: int, Hq: int, Hkv: int, max_blocks: int, max_group: int) -> str:
+    """Why a tile-sharing ``_st`` entry cannot take this launch ("" when it can): head dim 128,
+    one pass of at most ``max_group`` query heads a kv head, and the block table in shared memory."""
+    if D != 128:
+        return f"head_dim {D} (only 128 has an _st entry)"
+    if Hq // Hkv > max_group:
+        return f"a GQA group of {Hq // Hkv} query heads (at most {max_group}: one pass)"
+    if 4 * max_blocks > STEAL_MAX_TABLE_BYTES:
+        return (f"max_blocks={max_blocks}: its block table ({4 * max_blocks} bytes) exceeds the "
+                f"{STEAL_MAX_TABLE_BYTES} bytes of shared memory it may take")
+    return ""
+
+
+def _steal(op: str, steal: bool | None, S: int, D: int, Hq: int, Hkv: int, max_blocks: int,
+           max_group: int) -> bool:
+    """Whether a decode launch takes the ``_st`` entry: ``steal`` True (required: refused with
+    the reason when it cannot), False, or None (FIXEDGRAPH_ATTN_STEAL, from STEAL_MIN_SPLITS
+    splits, where it fits)."""
+    why = steal_fits(D, Hq, Hkv, max_blocks, max_group)
+    if steal is None:
+        return S >= STEAL_MIN_SPLITS and not why and steal_mode()
+    if steal and why:
+        raise ValueError(f"{op}: steal=True cannot take {why}; pass steal=None or False")
+    return bool(steal)
+
+
 def _ptr(a: Arg | None) -> Arg:
     return Null() if a is None else a
 
@@ -144,7 +193,7 @@ def _split_scratch(op: str, scratch: dict[str, Arg] | None, rows: int, Hq: int, 
 def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, block_table: Arg,
                      seq_len: Arg, scratch: dict[str, Arg] | None, rows: int, max_blocks: int,
                      block_size: int, Hq: int, Hkv: int, D: int, scale: float, num_splits: int,
-                     label: str = "attention_decode", swap: bool = False) -> int:
+                     label: str = "attention_decode", swap: bool = False, steal: bool | None = None) -> int:
     """Attention of one query token per row over its sequence's paged K/V, in one launch.
 
     out: [rows, Hq * D] bf16, written. q: [rows, Hq * D] bf16 (RoPE applied).
@@ -160,7 +209,11 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
       arrive on the (row, kv head) counter merges them into out; no second launch.
     fp32 softmax; P.V on tensor cores with P as bf16 hi + lo (D <= 128), fp32 for D = 256.
     swap: the ``_sw`` entry (D = 128: query heads on the MMA's N, as the fused ``_sw`` entries),
-      the same results up to the order of fp32 sums. Returns the op index.
+      the same results up to the order of fp32 sums.
+    steal: the tile-sharing ``paged_attention_decode_st_d128`` (True; see ``steal_mode``; not
+      with swap), the per-split ranges (False), or None: ``FIXEDGRAPH_ATTN_STEAL`` from
+      STEAL_MIN_SPLITS splits where it fits. The same results up to the order of fp32 sums.
+    Returns the op index.
     """
     op = "attention_decode"
     _check_heads(op, Hq, Hkv, D, DECODE_HEAD_DIMS)
@@ -169,13 +222,17 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
                          f"num_splits={num_splits} must all be >= 1")
     if swap and D != 128:
         raise ValueError(f"{op}: the heads-on-N (_sw) entry exists for head_dim 128, not {D}")
-    entry = "paged_attention_decode_sw_d128" if swap else f"paged_attention_decode_d{D}"
     S = int(num_splits)
+    if swap and steal:
+        raise ValueError(f"{op}: swap and steal together have no entry; pass one of them")
+    st = not swap and _steal(op, steal, S, D, Hq, Hkv, max_blocks, 16)
+    entry = ("paged_attention_decode_sw_d128" if swap else "paged_attention_decode_st_d128" if st
+             else f"paged_attention_decode_d{D}")
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, S)
     args = (out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, int(rows),
             int(max_blocks), int(block_size), int(Hq), int(Hkv), int(D), S, float(scale))
     return prog.launch(entry, (Hkv, rows, S), (DECODE_THREADS, 1, 1),
-                       args, shared=decode_shared_bytes(D), label=label)
+                       args, shared=decode_shared_bytes(D) + (4 * int(max_blocks) if st else 0), label=label)
 
 
 def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None, k_norm: Arg | None,
@@ -183,7 +240,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
                           block_table: Arg, seq_len: Arg, scratch: dict[str, Arg] | None, rows: int,
                           max_blocks: int, block_size: int, Hq: int, Hkv: int, D: int, scale: float,
                           eps: float, num_splits: int, label: str = "attention_decode_rope",
-                          swap: bool | str | None = None) -> int:
+                          swap: bool | str | None = None, steal: bool | None = None) -> int:
     """``qk_norm_rope_kv`` then ``attention_decode`` in one launch (no q buffer round trip).
 
     out: [rows, Hq * D] bf16, written.
@@ -208,6 +265,11 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
     or the pools (in decode programs the staging kernel writes those at least two launches
     earlier; a grid starts only after every grid before its predecessor has completed).
+    steal: the tile-sharing ``paged_attention_decode_rope_long_st_d128`` (True: heads on N, GQA
+      groups of at most 8, head dim 128; split 0 then writes the current token's K/V), the entry
+      ``decode_rope_entry`` picks (False), or None: ``FIXEDGRAPH_ATTN_STEAL`` from
+      STEAL_MIN_SPLITS splits where it fits (``steal_mode``). The same results up to the order of
+      fp32 sums.
     D in (64, 96, 128). Returns the op index.
     """
     op = "attention_decode_rope"
@@ -215,13 +277,16 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
         raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
                          f"num_splits={num_splits} must all be >= 1")
-    entry = decode_rope_entry(D, int(num_splits), choose_swap(D, Hq, Hkv, int(num_splits)) if swap is None else swap)
+    st = _steal(op, steal, int(num_splits), D, Hq, Hkv, max_blocks, SWAP_MAX_GROUP)
+    entry = ("paged_attention_decode_rope_long_st_d128" if st else
+             decode_rope_entry(D, int(num_splits), choose_swap(D, Hq, Hkv, int(num_splits)) if swap is None else swap))
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, int(num_splits))
     args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
             k_pool, v_pool, block_table, seq_len, int(rows), int(max_blocks), int(block_size),
             int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
     return prog.launch(entry, (Hkv, rows, int(num_splits)),
-                       (DECODE_THREADS, 1, 1), args, shared=decode_shared_bytes(D) + smem_pad_bytes(),
+                       (DECODE_THREADS, 1, 1), args,
+                       shared=decode_shared_bytes(D) + smem_pad_bytes() + (4 * int(max_blocks) if st else 0),
                        label=label)
 
 
@@ -295,7 +360,8 @@ DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in 
                                  *(f"paged_attention_decode_rope_sw_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
                                  "paged_attention_decode_rope_long_d128", "paged_attention_decode_rope_long_sw_d128",
                                  *(f"paged_attention_decode_rope_swp_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
-                                 "paged_attention_decode_rope_long_swp_d128"})
+                                 "paged_attention_decode_rope_long_swp_d128",
+                                 "paged_attention_decode_rope_long_st_d128"})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

@@ -297,6 +297,21 @@ __device__ __forceinline__ void decode_tc_sw(bf16 *out, float *o_part, float *ml
 }
 DECODE_ENTRY_N(128, _sw, decode_tc_sw, attn::decode_tc_smem(128))
 
+// decode_tc with its tiles shared out at run time (STEAL; the fused _long_st entry's scheme, here
+// for tools/bench_kernels.py's kernel-alone timing): one pass of up to 16 query heads, the row's
+// block table in 4 max_blocks bytes of dynamic shared memory after the tiles
+template <int D>
+__device__ __forceinline__ void decode_tc_st(bf16 *out, float *o_part, float *ml_part, unsigned *counters,
+                                             const bf16 *q, const bf16 *k_pool, const bf16 *v_pool,
+                                             const int *block_table, const int *seq_len, unsigned rows,
+                                             unsigned max_blocks, unsigned block_size, unsigned Hq,
+                                             unsigned Hkv, unsigned S, float scale) {
+    if (Hq / Hkv > (unsigned)kDecMaxHeads) return;  // refused: one pass of heads only
+    decode_tc<D, false, 8, false, 0, -1, true>(out, o_part, ml_part, counters, q, k_pool, v_pool, block_table,
+                                               seq_len, rows, max_blocks, block_size, Hq, Hkv, S, scale);
+}
+DECODE_ENTRY_N(128, _st, decode_tc_st, attn::decode_tc_smem(128) + 4u * max_blocks)
+
 // Fused QK-norm + RoPE + KV write + decode attention: qk_norm_rope_kv followed by
 // paged_attention_decode_d{D} in one launch (same splits, scratch, counters, merge and out).
 //   qkv [rows, (Hq + 2*Hkv)*D] bf16 (q heads, k heads, v heads); q_norm, k_norm [D] bf16 or NULL;
@@ -324,7 +339,10 @@ DECODE_ENTRY_N(128, _sw, decode_tc_sw, attn::decode_tc_smem(128))
 #define DECODE_ROPE_ENTRY_R(DIM, NAME, R, SWAP) DECODE_ROPE_ENTRY_P(DIM, NAME, R, SWAP, 0, -1)
 // NAME: the entry's suffix before _d{DIM}; R: the split merge's partials per round, SWAP: query
 // heads on the MMA's N, PAD: idle registers, MTAG: the split merge's tag (decode_tc)
-#define DECODE_ROPE_ENTRY_P(DIM, NAME, R, SWAP, PAD, MTAG)                                     \
+#define DECODE_ROPE_ENTRY_P(DIM, NAME, R, SWAP, PAD, MTAG) DECODE_ROPE_ENTRY_X(DIM, NAME, R, SWAP, PAD, MTAG, false)
+// STEAL: decode_tc's tiles shared out at run time (the row's block table in dynamic shared memory
+// after the tiles: 4 max_blocks bytes more; one pass of heads: G <= 8 with SWAP, else 16)
+#define DECODE_ROPE_ENTRY_X(DIM, NAME, R, SWAP, PAD, MTAG, STEAL)                              \
     extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
         paged_attention_decode_rope##NAME##_d##DIM(                                            \
             bf16 *out, float *o_part, float *ml_part, unsigned *counters, const bf16 *qkv,     \
@@ -335,14 +353,15 @@ DECODE_ENTRY_N(128, _sw, decode_tc_sw, attn::decode_tc_smem(128))
             float scale, float eps) { FG_KERNEL_BEGIN();                                                          \
         auto al = [](const void *p) { return p == nullptr || aligned_to(p, 16); };             \
         if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0 ||               \
-            dynamic_smem_bytes() < (unsigned)attn::decode_tc_smem(DIM) || !al(qkv) ||           \
+            dynamic_smem_bytes() < (unsigned)attn::decode_tc_smem(DIM) + ((STEAL) ? 4u * max_blocks : 0u) || \
+            ((STEAL) && Hq / Hkv > ((SWAP) ? 8u : (unsigned)kDecMaxHeads)) || !al(qkv) ||       \
             !al(q_norm) || !al(k_norm) || !al(rope) || !al(k_pool) || !al(v_pool)) {            \
             FG_PDL_WAIT(); /* refused: still completes only after the predecessor */            \
             return;                                                                             \
         }                                                                                       \
         /* decode_tc waits itself, once its first K/V tiles are in flight (PDL prefetch) */     \
         const attn::RopeArgs rp{qkv, q_norm, k_norm, rope, positions, slots, k_pool, v_pool, eps}; \
-        decode_tc<DIM, true, R, SWAP, PAD, MTAG>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool, \
+        decode_tc<DIM, true, R, SWAP, PAD, MTAG, STEAL>(out, o_part, ml_part, counters, nullptr, k_pool, v_pool, \
                              block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv,       \
                              num_splits, scale, rp);                                            \
     }
@@ -367,6 +386,9 @@ DECODE_ROPE_ENTRY_P(128, _swp, 8, true, 48, -1)
 DECODE_ROPE_ENTRY_P(128, _long_swp, 16, true, 56, 2)
 DECODE_ROPE_ENTRY_P(96, _swp, 8, true, 24, 2)
 DECODE_ROPE_ENTRY_P(64, _swp, 8, true, 16, 2)
+// The long entry with its tiles shared out at run time (decode_tc's STEAL; ops.attention.steal_tiles:
+// a split whose CTA starts late takes fewer tiles); heads on N, no idle registers.
+DECODE_ROPE_ENTRY_X(128, _long_st, 16, true, 0, -1, true)
 
 // out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
 // Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.

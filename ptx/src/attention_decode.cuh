@@ -65,13 +65,16 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // growth of the short entries' merge cost the 0.6B bench more than it gained).
 // TAG: only tells instantiations apart (the caller's tile layout), so that an entry added with
 // another tag leaves the existing entries' code as it was.
-template <int D, int R = 8, int TAG = 0>
+// RESET (the STEAL bodies): the last arriver also stores 0 to *reset, the (row, kv head) tile
+// counter every CTA of the group has stopped taking tiles from before it arrived.
+template <int D, int R = 8, int TAG = 0, bool RESET = false>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
     const float *o_part,              // [rows, Hq, S, D] f32 (written by other CTAs: no __restrict__)
     const float *ml_part,             // [rows, Hq, S, 2] f32: (max score in ln units, sum exp)
     unsigned *counters,               // [rows, Hkv] u32, 0 at rest
-    unsigned row, unsigned kvh, unsigned Hq, unsigned Hkv, unsigned S, int used) {
+    unsigned row, unsigned kvh, unsigned Hq, unsigned Hkv, unsigned S, int used,
+    unsigned *reset = nullptr) {
     __shared__ unsigned s_last;
     __syncthreads();  // every thread's partial stores precede thread 0's release below
     if (threadIdx.x == 0) {
@@ -79,6 +82,7 @@ __device__ __forceinline__ void arrive_and_merge(
         asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
                      : "=r"(old) : "l"(counters + (size_t)row * Hkv + kvh), "r"((unsigned)used - 1) : "memory");
         s_last = old == (unsigned)used - 1;
+        if (RESET && old == (unsigned)used - 1) *reinterpret_cast<volatile unsigned *>(reset) = 0u;
     }
     __syncthreads();  // the last arriver: thread 0's acquire precedes every thread's merge loads
     const bool last = s_last;
@@ -194,6 +198,23 @@ __device__ __forceinline__ void load_kv_tile(
 __device__ __forceinline__ void bt_window(int *s_bt, const int *__restrict__ bt, int win0, int last) {
     const int n = min(last - win0 + 1, kDecBtWindow);
     for (int i = threadIdx.x; i < n; i += kDecThreads) s_bt[i] = __ldcg(bt + win0 + i);
+    __syncthreads();
+}
+
+// STEAL (decode_tc): s_btf[i] = bt[i] for the row's n live entries, through L2 as bt_window
+// (before the PDL wait), 16 bytes a load where the row is 16-byte aligned; then a barrier.
+__device__ __forceinline__ void bt_full(int *s_btf, const int *__restrict__ bt, int n) {
+    if ((reinterpret_cast<uintptr_t>(bt) & 15u) == 0) {
+        const int n4 = n >> 2;
+        const int4 *src = reinterpret_cast<const int4 *>(bt);
+        int4 *dst = reinterpret_cast<int4 *>(s_btf);
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n4; i += kDecThreads) dst[i] = __ldcg(src + i);
+        for (int i = (n4 << 2) + threadIdx.x; i < n; i += kDecThreads) s_btf[i] = __ldcg(bt + i);
+    } else {
+#pragma unroll 8
+        for (int i = threadIdx.x; i < n; i += kDecThreads) s_btf[i] = __ldcg(bt + i);
+    }
     __syncthreads();
 }
 
@@ -413,7 +434,8 @@ __device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, floa
 // MTAG >= 0: arrive_and_merge's TAG (default SWAP ? 1 : 0). An entry sharing another's merge
 // instantiation turns that instantiation's static shared variable from a per-entry (demoted)
 // one into a module one, which changes the other entry's SASS; new entries take a tag of their own.
-template <int D, bool ROPE = false, int MERGE_R = 8, bool SWAP = false, int PAD = 0, int MTAG = -1>
+template <int D, bool ROPE = false, int MERGE_R = 8, bool SWAP = false, int PAD = 0, int MTAG = -1,
+          bool STEAL = false>
 __device__ __forceinline__ void decode_tc(
     __nv_bfloat16 *__restrict__ out,           // [rows, Hq*D] bf16
     float *o_part,                             // [rows, Hq, S, D] f32 (used >= 2 only)
@@ -441,7 +463,10 @@ __device__ __forceinline__ void decode_tc(
     float *s_o = reinterpret_cast<float *>(dec_smem);  // [warp][16][SO] after the key loop (aliases)
     __shared__ __align__(16) __nv_bfloat16 s_q[kDecMaxHeads * LD];  // [head][dim] of one pass
     __shared__ float s_m[4][kDecMaxHeads], s_l[4][kDecMaxHeads];
-    __shared__ int s_bt[kDecBtWindow];  // block-table entries win0.. of the current split
+    __shared__ int s_bt[STEAL ? 1 : kDecBtWindow];  // block-table entries win0.. of the current split
+    // STEAL: the row's whole block table, in the dynamic shared memory after the tiles
+    int *s_btf = reinterpret_cast<int *>(dec_smem + decode_tc_smem(D));
+    __shared__ int s_next;  // STEAL: the tile of the next refill (thread 0's take), -1: none
     // ROPE: the current token's rotated k and raw v (bf16 [D] each), written in the first pass
     __shared__ __align__(16) __nv_bfloat16 s_cur[ROPE ? 2 : 1][ROPE ? D : 8];
     __nv_bfloat16 *s_ck = s_cur[0], *s_cv = s_cur[ROPE ? 1 : 0];
@@ -472,14 +497,32 @@ __device__ __forceinline__ void decode_tc(
         // PDL: staged metadata, readable before the wait through L2 (see above)
         const int seq = __ldcg(seq_len + row);
         const int len = (int)max(0LL, min((long long)seq, cap));
-        const SplitRange sr = split_range(len, S, block_size, split);
+        // STEAL: the row's T tiles of TK keys (tile t: keys [t TK, min(t TK + TK, len))) are
+        // shared out at run time. Split s < used = min(S, T) takes tiles T-1-s and T-1-s-used
+        // first (both issued before the PDL wait), then takes T-1-2 used-c for c = 0, 1, ... from
+        // the (row, kv head) tile counter until none is left: a CTA that starts late takes fewer.
+        const int n_row_tiles = (len + TK - 1) / TK;  // STEAL: T
+        SplitRange sr;
+        if constexpr (STEAL) {
+            sr.start = 0;
+            sr.end = len;
+            sr.used = min((int)S, n_row_tiles);
+        } else {
+            sr = split_range(len, S, block_size, split);
+        }
         if (split >= (unsigned)max(sr.used, 1)) continue;  // empty split: costs one load
         const int *bt = block_table + (size_t)row * max_blocks;
         const int n_tiles = (sr.end - sr.start + TK - 1) / TK;
         long long kv_slot = -1;  // ROPE, >= 0: this CTA writes the current token's K/V there
         int sub_key = -1;        // ROPE, >= 0: key taken from s_ck/s_cv, never from the pools
+        // STEAL: the tiles in stages 0 and 1 (-1: none), and whether the counter has tiles
+        int tile0 = STEAL ? n_row_tiles - 1 - (int)split : 0;
+        int tile1 = STEAL ? n_row_tiles - 1 - (int)split - sr.used : 0;
+        const bool steal_dyn = STEAL && n_row_tiles > 2 * sr.used;
+        unsigned *tile_ctr = STEAL ? counters + (size_t)rows * Hkv + (size_t)row * Hkv + kvh : nullptr;
         if constexpr (ROPE) {
-            if (split == (unsigned)max(sr.used, 1) - 1) {  // holds key seq - 1 (or len == 0)
+            // holds key seq - 1 (or len == 0): the last split, STEAL split 0 (tile T-1)
+            if (split == (STEAL ? 0u : (unsigned)max(sr.used, 1) - 1)) {
                 kv_slot = __ldcg(rp.slots + row);
                 if (kv_slot >= 0 && seq >= 1 && seq <= cap) sub_key = seq - 1;
             }
@@ -501,10 +544,31 @@ __device__ __forceinline__ void decode_tc(
             // ROPE: in the first pass s_ck/s_cv are not written yet; rope_pass fills the rows.
             // NOTE: the previous pass or work item ended with a barrier: no thread reads s_bt.
             int win0 = sr.start / (int)block_size;
-            bt_window(s_bt, bt, win0, (sr.end - 1) / (int)block_size);
+            if constexpr (STEAL) {
+                bt_full(s_btf, bt, (len + (int)block_size - 1) / (int)block_size);
+            } else {
+                bt_window(s_bt, bt, win0, (sr.end - 1) / (int)block_size);
+            }
             FG_TRACE_MARK(0);  // the split's block-table window in shared memory
+            if constexpr (STEAL) {
+                static_assert(!STEAL || kDecStages == 2, "STEAL: two stages (tile0, tile1)");
+                tile1 = tile1 >= 0 ? tile1 : -1;
+                if (tile0 >= 0) {
+                    load_kv_tile<D, ROPE>(s_kv, s_kv + TK * LD, k_pool, v_pool, s_btf, 0, tile0 * TK,
+                                          min(tile0 * TK + TK, len), bs, tok_stride, kvh, sub_key);
+                } else {
+                    cp_async_commit();
+                }
+                if (tile1 >= 0) {
+                    __nv_bfloat16 *sk = s_kv + 2 * TK * LD;
+                    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_btf, 0, tile1 * TK,
+                                          min(tile1 * TK + TK, len), bs, tok_stride, kvh, sub_key);
+                } else {
+                    cp_async_commit();
+                }
+            }
 #pragma unroll 1  // one copy of load_kv_tile: the code after the wait stays small (i-fetch)
-            for (int st = 0; st < kDecStages; ++st) {
+            for (int st = 0; st < (STEAL ? 0 : kDecStages); ++st) {
                 if (st < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
                     load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, sr.start + st * TK,
@@ -518,9 +582,15 @@ __device__ __forceinline__ void decode_tc(
                 FG_PDL_WAIT();
                 waited = true;
             }
+            // STEAL: thread 0 takes the first counted tile (after the wait: the counter is the
+            // previous launch's until it completed); the result is needed only at the first refill
+            unsigned take = 0;  // thread 0: the counter's value for the next refill
+            if (STEAL && steal_dyn && tid == 0) take = sr.used >= 2 ? atomicAdd(tile_ctr, 1u) : 0u;
             if constexpr (ROPE) {  // overlaps the K/V copies just issued
                 const int sub_tile = (sub_key - sr.start) / TK;
-                __nv_bfloat16 *patch = h0 == 0 && sub_key >= 0 && sub_tile < kDecStages
+                // STEAL: key seq - 1 lies in tile T-1, split 0's tile0 (stage 0)
+                __nv_bfloat16 *patch = STEAL ? (sub_key >= 0 ? s_kv + (sub_key - tile0 * TK) * LD : nullptr)
+                                       : h0 == 0 && sub_key >= 0 && sub_tile < kDecStages
                                            ? s_kv + (sub_tile * 2 * TK + sub_key - sr.start - sub_tile * TK) * LD
                                            : nullptr;
                 rope_pass<D>(s_q, s_ck, s_cv, patch, patch ? patch + TK * LD : nullptr, rp, row,
@@ -535,18 +605,22 @@ __device__ __forceinline__ void decode_tc(
             for (int n = 0; n < (SWAP ? MT : NT); ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
             float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows gid, gid + 8
 
-            for (int kt = 0; kt < n_tiles; ++kt) {
+            for (int kt = 0; STEAL || kt < n_tiles; ++kt) {
                 const int st = kt % kDecStages;
+                const int tile = st ? tile1 : tile0;  // STEAL: this stage's tile
+                if (STEAL && tile < 0) break;  // taken in order: the other stage holds none either
                 const uint32_t kaddr = smem0 + st * 2 * TILE_BYTES + k_lane;
                 const uint32_t vaddr = smem0 + st * 2 * TILE_BYTES + TILE_BYTES + v_lane;
-                const int kb = sr.start + kt * TK + warp * 16;  // this warp's first key
+                // this warp's first key, and the end of the tile's keys
+                const int kb = (STEAL ? tile * TK : sr.start + kt * TK) + warp * 16;
+                const int kend = STEAL ? min(tile * TK + TK, len) : sr.end;
                 cp_async_wait<kDecStages - 1>();  // tile kt landed (later ones may still fly)
                 __syncthreads();
                 if (kt == 0) FG_TRACE_MARK(2);  // the first tile landed
                 if constexpr (SWAP) {
-                    if (kb < sr.end) swap_tile<D>(o, m0, m1, l0, l1, smem0 + st * 2 * TILE_BYTES, s_q, kb,
-                                                  sr.end, qscale);
-                } else if (kb < sr.end) {  // warp-uniform; at least key kb is valid
+                    if (kb < kend) swap_tile<D>(o, m0, m1, l0, l1, smem0 + st * 2 * TILE_BYTES, s_q, kb,
+                                                kend, qscale);
+                } else if (kb < kend) {  // warp-uniform; at least key kb is valid
                     float s[2][4];
 #pragma unroll
                     for (int j = 0; j < 2; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
@@ -563,7 +637,7 @@ __device__ __forceinline__ void decode_tc(
                     for (int j = 0; j < 2; ++j) {
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const bool ok = kb + j * 8 + tig * 2 + (e & 1) < sr.end;
+                            const bool ok = kb + j * 8 + tig * 2 + (e & 1) < kend;
                             s[j][e] = ok ? s[j][e] * qscale : -INFINITY;
                         }
                         mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
@@ -609,8 +683,26 @@ __device__ __forceinline__ void decode_tc(
                         }
                     }
                 }
+                if (STEAL && tid == 0) {  // the next refill's tile; the take after it in flight
+                    int next = -1;
+                    if (steal_dyn) {
+                        next = n_row_tiles - 1 - 2 * sr.used - (int)take;
+                        if (next >= 0) take = sr.used >= 2 ? atomicAdd(tile_ctr, 1u) : take + 1u;
+                    }
+                    s_next = next;
+                }
                 __syncthreads();  // NOTE: every warp is done with stage st before it is refilled
-                if (kt + kDecStages < n_tiles) {
+                if constexpr (STEAL) {
+                    const int next = s_next;  // rewritten only after the next iteration's barrier
+                    if (st) tile1 = next; else tile0 = next;
+                    if (next >= 0) {
+                        __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
+                        load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_btf, 0, next * TK,
+                                              min(next * TK + TK, len), bs, tok_stride, kvh, sub_key);
+                    } else {
+                        cp_async_commit();
+                    }
+                } else if (kt + kDecStages < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
                     const int kb0 = sr.start + (kt + kDecStages) * TK;
                     const int last = (min(kb0 + TK, sr.end) - 1) / (int)block_size;
@@ -703,7 +795,8 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
-            arrive_and_merge<D, MERGE_R, MTAG >= 0 ? MTAG : SWAP ? 1 : 0>(out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used);
+            arrive_and_merge<D, MERGE_R, MTAG >= 0 ? MTAG : SWAP ? 1 : 0, STEAL>(out, o_part, ml_part, counters, row,
+                                                                             kvh, Hq, Hkv, S, sr.used, tile_ctr);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
     if constexpr (PAD > 0) {  // the idle registers' only use; never true for a launch (Hq >= 1)

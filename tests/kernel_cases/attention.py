@@ -74,8 +74,11 @@ def _split_scratch(buffers: dict, checks: dict, rows: int, Hq: int, Hkv: int, D:
 
 
 def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
-                 max_len: int = 1500, lens: list[int] | None = None, swap: bool = False) -> KernelCase:
-    """Decode over random or given ``lens``; a len of 0 expects zeros (no keys)."""
+                 max_len: int = 1500, lens: list[int] | None = None, swap: bool = False,
+                 steal: bool = False, twice: bool = False) -> KernelCase:
+    """Decode over random or given ``lens``; a len of 0 expects zeros (no keys). ``steal``: the
+    tile-sharing entry; ``twice``: a second launch of it into ``out2`` (the counters it takes
+    tiles from must be back at 0 after the first)."""
     if lens is None:
         lens = [int(x) for x in rng.integers(1, max_len + 1, rows)]
         lens[0] = block_size * int(rng.integers(1, max_len // block_size + 1))  # a block boundary
@@ -96,11 +99,15 @@ def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, 
         "out": poison((rows, Hq * D), "bf16"),
     }
     checks = {"out": DECODE_CHECK}
+    if twice:
+        buffers["out2"] = poison((rows, Hq * D), "bf16")
+        checks["out2"] = DECODE_CHECK
     scratch = _split_scratch(buffers, checks, rows, Hq, Hkv, D, S)
     prog = Program(name)
-    attention_decode(prog, Ref("out"), Ref("q"), Ref("k_pool"), Ref("v_pool"), Ref("block_table"),
-                     Ref("seq_len"), scratch or None, rows, max_blocks, block_size, Hq, Hkv, D,
-                     scale, S, swap=swap)
+    for o in ("out", "out2") if twice else ("out",):
+        attention_decode(prog, Ref(o), Ref("q"), Ref("k_pool"), Ref("v_pool"), Ref("block_table"),
+                         Ref("seq_len"), scratch or None, rows, max_blocks, block_size, Hq, Hkv, D,
+                         scale, S, swap=swap, steal=steal)
 
     def reference(x):
         q = x["q"].reshape(rows, Hq, D).astype(np.float64)
@@ -115,6 +122,8 @@ def _decode_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, 
                 kvh = h // (Hq // Hkv)
                 out[r, h] = _softmax_attention(q[r, h], kk[:, kvh], vv[:, kvh], scale)
         res = {"out": out.reshape(rows, Hq * D)}
+        if twice:
+            res["out2"] = res["out"]
         if SCRATCH_COUNT in checks:
             res[SCRATCH_COUNT] = np.zeros_like(x[SCRATCH_COUNT])
         return res
@@ -164,7 +173,8 @@ def _rope_kv_twin(x: dict, rows: int, Hq: int, Hkv: int, D: int, norm: bool) -> 
 
 
 def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D: int, S: int,
-               norm: bool, lens: list[int], neg_row: int | None, swap: bool | str = "") -> KernelCase:
+               norm: bool, lens: list[int], neg_row: int | None, swap: bool | str = "",
+               steal: bool = False) -> KernelCase:
     """Fused QK-norm + RoPE + KV write + decode. Row r's token is key lens[r] - 1 at slot
     slots[r] (the engine's invariant); that pool slot holds NaN before the launch, so a split
     reading it instead of the CTA's own k/v, or a missing write, shows up. Row ``neg_row`` has
@@ -204,7 +214,7 @@ def _rope_case(name: str, rng, rows: int, block_size: int, Hq: int, Hkv: int, D:
                           Ref("k_norm") if norm else None, Ref("rope"), Ref("positions"), Ref("slots"),
                           Ref("k_pool"), Ref("v_pool"), Ref("block_table"), Ref("seq_len"),
                           scratch or None, rows, max_blocks, bs, Hq, Hkv, D, scale, ROPE_EPS, S,
-                          swap=swap)
+                          swap=swap, steal=steal)
 
     def reference(x):
         qkv = x["qkv"].reshape(rows, heads, D).astype(np.float64)
@@ -403,6 +413,24 @@ ROPE_CASES = {
     "attention_decode_rope_r2_bs16_h8kv2_d96_s3_swp": (2, 16, 8, 2, 96, 3, False, [500, 64], None, "swp"),
 }
 
+# The tile-sharing entries (steal: a split's first two tiles by its index, the rest taken from a
+# counter): name -> (rows, block_size, Hq, Hkv, D, num_splits, max_len, lens, swap, steal, twice).
+# Tiles past 2 x splits are taken at run time (5000 keys: 79 tiles, 15 taken at 32 splits); fewer
+# tiles than splits (700 keys: 11 used); one split taking every tile itself (S = 1); two splits
+# sharing 32 tiles; a row of 0 keys and a padding row; rows whose block table is not 16-byte
+# aligned (max_blocks odd); G = 16 (one pass of 16 heads); a block size that is not a power of 2;
+# and two launches in a row (the tile counters back at 0 after the first).
+STEAL_DECODE_CASES = {
+    "attention_decode_st_r1_bs16_h32kv8_d128_s32": (1, 16, 32, 8, 128, 32, 0, [5000], False, True, False),
+    "attention_decode_st_r3_bs16_h16kv8_d128_s24": (3, 16, 16, 8, 128, 24, 0, [3073, 700, 1029], False, True, False),
+    "attention_decode_st_r1_bs16_h16kv8_d128_s1": (1, 16, 16, 8, 128, 1, 0, [700], False, True, False),
+    "attention_decode_st_r1_bs16_h8kv8_d128_s2": (1, 16, 8, 8, 128, 2, 0, [2000], False, True, False),
+    "attention_decode_st_r3_bs16_h32kv8_d128_s32_len0": (3, 16, 32, 8, 128, 32, 0, [0, 3000, 65], False, True, False),
+    "attention_decode_st_r5_bs32_h64kv4_d128_s24": (5, 32, 64, 4, 128, 24, 5000, None, False, True, False),
+    "attention_decode_st_r2_bs7_h16kv16_d128_s32": (2, 7, 16, 16, 128, 32, 0, [4500, 1], False, True, False),
+    "attention_decode_st_r2_bs16_h32kv8_d128_s32_twice": (2, 16, 32, 8, 128, 32, 0, [6000, 2500], False, True, True),
+}
+
 # name -> (rows, Hq, D, num_splits)
 COMBINE_CASES = {
     "attention_combine_r2_h9_d96_s5": (2, 9, 96, 5),
@@ -433,6 +461,17 @@ _register(DECODE_CASES, _decode_case)
 _register(SPLIT_DECODE_CASES, _split_decode_case)
 _register(COMBINE_CASES, _combine_case)
 _register(ROPE_CASES, _rope_case)
+_register(STEAL_DECODE_CASES, _decode_case)
+# The fused long entry with tiles shared out (steal; split 0 writes the token's K/V, from tile
+# T-1): G = 2 with QK-norm and a 1-key row; G = 4 at exactly STEAL_MIN_SPLITS with a row that
+# writes no K/V and a token ending tile 47 (3072 keys); G = 7 at a block size that is not a power
+# of 2; G = 1 with more splits than pairs of tiles (none taken from the counter).
+_register({
+    "attention_decode_rope_st_r2_bs16_h16kv8_d128_s32_norm": (2, 16, 16, 8, 128, 32, True, [5000, 1], None, "", True),
+    "attention_decode_rope_st_r3_bs16_h32kv8_d128_s24": (3, 16, 32, 8, 128, 24, False, [3072, 64, 129], 1, "", True),
+    "attention_decode_rope_st_r2_bs24_h28kv4_d128_s32": (2, 24, 28, 4, 128, 32, False, [4100, 700], None, "", True),
+    "attention_decode_rope_st_r1_bs16_h8kv8_d128_s40_norm": (1, 16, 8, 8, 128, 40, True, [2561], None, "", True),
+}, _rope_case)
 kernel_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4")(  # an empty row gives zeros
     lambda rng: _decode_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4", rng, 3, 16, 32, 8, 128,
                              4, lens=[0, 37, 200]))

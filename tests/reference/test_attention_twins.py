@@ -55,9 +55,11 @@ def test_every_entry_has_cases():
     want |= {"paged_attention_decode_rope_long_sw_d128", "paged_attention_decode_sw_d128",
              "paged_attention_decode_rope_long_swp_d128"}
     want |= {f"paged_attention_decode_rope_swp_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
+    want |= {"paged_attention_decode_st_d128", "paged_attention_decode_rope_long_st_d128"}  # tiles shared
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
-    assert all(len(c.program.launches) == 1 for c in decode_cases)  # one launch, no combine
+    # one launch, no combine (the _twice cases launch the same op twice on purpose)
+    assert all(len(c.program.launches) == (2 if c.name.endswith("_twice") else 1) for c in decode_cases)
 
 
 @pytest.mark.parametrize("name", ["attention_decode_r5_bs16_h9kv3_d128_s7",
@@ -131,8 +133,9 @@ def test_decode_launches():
     assert ops.decode_scratch(8, 32, 128, 1) == {}
     need = ops.decode_scratch(8, 32, 128, 4, 8)
     assert need[ops.SCRATCH_O] == ((8, 32, 4, 128), "f32")
-    assert need[ops.SCRATCH_COUNT] == ((8, 8), "u32") and ops.SCRATCH_COUNT in ops.ZERO_AT_BOOT
-    assert ops.decode_scratch(8, 32, 128, 4)[ops.SCRATCH_COUNT] == ((8, 32), "u32")  # Hkv unknown
+    # arrival counters, then the tile-sharing entries' tile counters
+    assert need[ops.SCRATCH_COUNT] == ((16, 8), "u32") and ops.SCRATCH_COUNT in ops.ZERO_AT_BOOT
+    assert ops.decode_scratch(8, 32, 128, 4)[ops.SCRATCH_COUNT] == ((16, 32), "u32")  # Hkv unknown
     assert ops.decode_shared_bytes(256) == 0
 
 
@@ -276,7 +279,8 @@ def _two_launch(case: KernelCase) -> KernelCase:
                     v_pool, rows, Hq, Hkv, D, eps)
     scratch = {n: Ref(n) for n in case.buffers if n.startswith("attn_split")}
     ops.attention_decode(prog, out, Ref("q"), k_pool, v_pool, block_table, seq_len, scratch or None,
-                         rows, max_blocks, block_size, Hq, Hkv, D, scale, S)
+                         rows, max_blocks, block_size, Hq, Hkv, D, scale, S,
+                         steal=fused.entry.endswith("_st_d128"))  # tiles shared: the plain _st entry
     return KernelCase(case.name, prog, bufs, case.outputs, case.reference)
 
 
@@ -462,3 +466,49 @@ def test_swap_knob(monkeypatch):
     monkeypatch.setenv("FIXEDGRAPH_ATTN_SWAP", "yes")
     with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_SWAP='yes'"):
         ops.choose_swap(128, 16, 8)
+
+
+def test_steal_entries_are_planned_only_where_they_apply(monkeypatch):
+    # FIXEDGRAPH_ATTN_STEAL: off by default; on, from STEAL_MIN_SPLITS splits where the entry fits
+    # (head dim 128, one pass of query heads, the block table in shared memory); steal=True
+    # insists and is refused with the reason; the launch carries the block table's shared bytes.
+    def rope(S, Hq=32, Hkv=8, max_blocks=2048, steal=None):
+        prog = Program("r")
+        scratch = {n: Ref(n) for n in ops.decode_scratch(1, Hq, 128, S, Hkv)} or None
+        ops.attention_decode_rope(prog, Ref("o"), Ref("qkv"), None, None, Ref("rope"), Ref("pos"), Ref("sl"),
+                                  Ref("k"), Ref("v"), Ref("bt"), Ref("len"), scratch, 1, max_blocks, 16, Hq,
+                                  Hkv, 128, 0.088, 1e-6, S, steal=steal)
+        return prog.launches[0]
+
+    def plain(S, Hq=32, Hkv=8, max_blocks=2048, steal=None, swap=False):
+        prog = Program("p")
+        scratch = {n: Ref(n) for n in ops.decode_scratch(1, Hq, 128, S, Hkv)} or None
+        ops.attention_decode(prog, Ref("o"), Ref("q"), Ref("k"), Ref("v"), Ref("bt"), Ref("len"), scratch, 1,
+                             max_blocks, 16, Hq, Hkv, 128, 0.088, S, steal=steal, swap=swap)
+        return prog.launches[0]
+
+    monkeypatch.delenv("FIXEDGRAPH_ATTN_STEAL", raising=False)
+    assert not ops.steal_mode()
+    assert rope(32).entry == "paged_attention_decode_rope_long_swp_d128"
+    assert plain(32).entry == "paged_attention_decode_d128"
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "1")
+    st = rope(32)
+    assert st.entry == "paged_attention_decode_rope_long_st_d128"
+    assert st.shared == ops.decode_shared_bytes(128) + 4 * 2048
+    assert plain(24).entry == "paged_attention_decode_st_d128" and plain(24).shared == ops.decode_shared_bytes(128) + 8192
+    assert rope(16).entry == "paged_attention_decode_rope_swp_d128"  # below STEAL_MIN_SPLITS
+    assert rope(32, Hq=72, Hkv=8).entry == "paged_attention_decode_rope_long_d128"  # G = 9 > 8: two passes
+    assert plain(32, Hq=72, Hkv=8).entry == "paged_attention_decode_st_d128"  # the plain body takes 16 heads
+    assert rope(32, max_blocks=9000).entry == "paged_attention_decode_rope_long_swp_d128"  # 36 KB of table
+    assert plain(32, swap=True).entry == "paged_attention_decode_sw_d128"
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "0")
+    assert rope(4, steal=True).entry == "paged_attention_decode_rope_long_st_d128"  # insisted: any S
+    with pytest.raises(ValueError, match="GQA group of 9"):
+        rope(32, Hq=72, Hkv=8, steal=True)
+    with pytest.raises(ValueError, match="max_blocks=9000"):
+        plain(32, max_blocks=9000, steal=True)
+    with pytest.raises(ValueError, match="swap and steal"):
+        plain(32, steal=True, swap=True)
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "yes")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_ATTN_STEAL='yes'"):
+        ops.steal_mode()

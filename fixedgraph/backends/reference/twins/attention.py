@@ -55,23 +55,28 @@ def _split_keys(n: int, S: int, block_size: int) -> tuple[int, int]:
 
 def _attend(mem, entry: str, out, o_part, ml_part, counters, qf: np.ndarray, k_pool, v_pool,
             block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, S, scale,
-            current: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+            current: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, steal: bool = False) -> None:
     """Split-K decode of q ``qf`` (float32 [rows, Hkv, G, D]) over the pools, merged into ``out``.
 
     ``current`` (k, v float32 [rows, Hkv, D], take bool [rows]): rows with take[r] use k[r], v[r]
     as key seq_len[r] - 1 instead of the pools' contents (the fused RoPE entries).
+    ``steal`` (the ``_st`` entries): the tile counters after the arrival counters must be 0 too;
+    the result is one softmax over the keys and the partials are left as they are (which tiles a
+    split takes is decided at run time: only ``out`` is defined).
     """
     G = Hq // Hkv
     bt = mem.view(block_table, np.int32, rows * max_blocks).reshape(rows, max_blocks)
     lens = np.clip(mem.view(seq_len, np.int32, rows).astype(np.int64), 0, max_blocks * block_size)
     res = np.zeros((rows, Hkv, G, D), np.float32)
     if S > 1:
-        ctr = mem.view(counters, np.uint32, rows * Hkv).reshape(rows, Hkv)
+        ctr = mem.view(counters, np.uint32, (2 if steal else 1) * rows * Hkv).reshape(-1, rows, Hkv).transpose(1, 0, 2)
         o_view = mem.view(o_part, np.float32, rows * Hq * S * D).reshape(rows, Hkv, G, S, D)
         ml_view = mem.view(ml_part, np.float32, rows * Hq * S * 2).reshape(rows, Hkv, G, S, 2)
     for r in range(rows):
         n = int(lens[r])
         kps, used = _split_keys(n, S, block_size)
+        if steal:  # min(S, tiles of 64 keys) splits hold tiles; the result is all that is defined
+            used = min(S, -(-n // 64)) if n > 0 else 0
         if used == 0:
             continue
         if used > 1 and ctr[r].any():
@@ -83,6 +88,9 @@ def _attend(mem, entry: str, out, o_part, ml_part, counters, qf: np.ndarray, k_p
         if current is not None and current[2][r]:
             kf[:, n - 1], vf[:, n - 1] = current[0][r], current[1][r]
         s = np.matmul(qf[r], kf.transpose(0, 2, 1)) * np.float32(scale)  # [Hkv, G, n]
+        if steal:
+            res[r] = _split_softmax(s, vf)[0]
+            continue
         parts = [_split_softmax(s[..., a : a + kps], vf[:, a : a + kps]) for a in range(0, n, kps)]
         o = np.stack([p[0] for p in parts], axis=2)  # [Hkv, G, used, D]
         m = np.stack([p[1] for p in parts], axis=2)  # [Hkv, G, used]
@@ -98,15 +106,17 @@ def _attend(mem, entry: str, out, o_part, ml_part, counters, qf: np.ndarray, k_p
     mem.view(out, np.uint16, rows * Hq * D)[:] = bf16.from_f32(res.reshape(-1))
 
 
-def _decode(D_entry: int, name: str = ""):
+def _decode(D_entry: int, name: str = "", steal: bool = False):
     def run(mem, grid, block, out, o_part, ml_part, counters, q, k_pool, v_pool, block_table,
             seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale):
         entry = f"paged_attention_decode{name}_d{D_entry}"
         if D != D_entry or Hkv < 1 or Hq % Hkv:
             raise ValueError(f"{entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
         qf = bf16.to_f32(mem.view(q, np.uint16, rows * Hq * D)).reshape(rows, Hkv, Hq // Hkv, D)
+        if steal and Hq // Hkv > 16:
+            raise ValueError(f"{entry}: a GQA group of {Hq // Hkv} heads (one pass of at most 16)")
         _attend(mem, entry, out, o_part, ml_part, counters, qf, k_pool, v_pool, block_table, seq_len,
-                rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale)
+                rows, max_blocks, block_size, Hq, Hkv, D, num_splits, scale, steal=steal)
 
     run.__name__ = f"paged_attention_decode{name}_d{D_entry}"
     return run
@@ -116,6 +126,8 @@ for _d in DECODE_DIMS:
     twin(f"paged_attention_decode_d{_d}")(_decode(_d))
 # query heads on the MMA's N (the _sw entry): the same results
 twin("paged_attention_decode_sw_d128")(_decode(128, "_sw"))
+# tiles shared out at run time (the _st entry): the same results
+twin("paged_attention_decode_st_d128")(_decode(128, "_st", steal=True))
 
 
 def _rotate_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -125,13 +137,15 @@ def _rotate_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def _decode_rope(D_entry: int, name: str = ""):
+def _decode_rope(D_entry: int, name: str = "", steal: bool = False):
     def run(mem, grid, block, out, o_part, ml_part, counters, qkv, q_norm, k_norm, rope, positions,
             slots, k_pool, v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D,
             num_splits, scale, eps):
         entry = f"paged_attention_decode_rope{name}_d{D_entry}"
         if D != D_entry or Hkv < 1 or Hq % Hkv:
             raise ValueError(f"{entry}: D={D}, Hq={Hq}, Hkv={Hkv}")
+        if steal and Hq // Hkv > 8:
+            raise ValueError(f"{entry}: a GQA group of {Hq // Hkv} heads (one pass of at most 8)")
         if any(a % 16 for a in (qkv, q_norm, k_norm, rope, k_pool, v_pool)):
             raise ValueError(f"{entry}: qkv, norms, rope and pools must be 16-byte aligned")
         # qk_norm_rope_kv: q and k normed (optionally) and rotated in float32, stored bf16.
@@ -161,7 +175,7 @@ def _decode_rope(D_entry: int, name: str = ""):
         current = (bf16.to_f32(k_bits), bf16.to_f32(v_bits), take)
         _attend(mem, entry, out, o_part, ml_part, counters, q.reshape(rows, Hkv, Hq // Hkv, D), k_pool,
                 v_pool, block_table, seq_len, rows, max_blocks, block_size, Hq, Hkv, D, num_splits,
-                scale, current)
+                scale, current, steal=steal)
 
     run.__name__ = f"paged_attention_decode_rope{name}_d{D_entry}"
     return run
@@ -179,6 +193,8 @@ twin("paged_attention_decode_rope_long_sw_d128")(_decode_rope(128, "_long_sw"))
 for _d in DECODE_ROPE_DIMS:
     twin(f"paged_attention_decode_rope_swp_d{_d}")(_decode_rope(_d, "_swp"))
 twin("paged_attention_decode_rope_long_swp_d128")(_decode_rope(128, "_long_swp"))
+# tiles shared out at run time (the _long_st entry): the same results
+twin("paged_attention_decode_rope_long_st_d128")(_decode_rope(128, "_long_st", steal=True))
 
 
 @twin("paged_attention_combine")
