@@ -89,8 +89,9 @@ KNOBS: tuple[Knob, ...] = (
          "fixedgraph.ops.attention.smem_pad_bytes"),
     Knob("FIXEDGRAPH_ATTN_LONG_MERGE", "tuning", "1", "0 keeps the short decode entry at 24 splits and more",
          "fixedgraph.ops.attention.decode_rope_entry"),
-    Knob("FIXEDGRAPH_ATTN_STEAL", "tuning", "0", "1: decode attention CTAs share a row's key tiles at run time "
-         "(the _st entries, from 24 splits on, where they fit)", "fixedgraph.ops.attention.steal_mode"),
+    Knob("FIXEDGRAPH_ATTN_STEAL", "tuning", "1", "1: the fused decode attention's CTAs share a row's key tiles "
+         "at run time (_long_st, from 24 splits on, where it fits); 0: each split its own keys",
+         "fixedgraph.ops.attention.steal_mode"),
     # build
     Knob("FIXEDGRAPH_CUDA_INCLUDE", "build", "(searched)", "the CUDA include directory for building the Cython "
          "extensions", "setup.py"),

@@ -146,13 +146,15 @@ def split_candidates(N: int, K: int, kind: str = "plain") -> list:
 
 
 def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8, D: int = 128, bs: int = 16,
-                    rows: int = 1, shuffle: bool = True, l2_resident: bool = False, swap: bool = False) -> dict:
+                    rows: int = 1, shuffle: bool = True, l2_resident: bool = False, swap: bool = False,
+                    steal: bool = False) -> dict:
     """Decode attention of ``rows`` rows of ``ctx`` keys each. rows > 1 with Hkv = 1 is the
     layout probe: the same bytes and CTAs as one row of rows kv heads, but each CTA's K/V of a
     block is contiguous (block_size * D * 2 bytes) instead of D * 2-byte runs at a Hkv * D stride.
     ``l2_resident``: every launch reads one copy of the K/V, which stays in L2 from launch to
     launch while it fits (the L2 probe: is the kernel's time its DRAM round trips?). ``swap``: the
-    ``_sw`` entry (query heads on the MMA's N)."""
+    ``_sw`` entry (query heads on the MMA's N). ``steal``: the ``_st`` entry (tiles shared out at run
+    time, the fused decode's scheme from 24 splits on)."""
     nblocks = -(-ctx // bs)
     kv_bytes = rows * ctx * Hkv * D * 2 * 2
     launches = copies_for(kv_bytes, smoke)
@@ -181,9 +183,10 @@ def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8,
     prog = Program(f"attention.{ctx}")
     for i in range(launches):
         attention.attention_decode(prog, Ref("out"), Ref("q"), Ref(f"k{i % c}"), Ref(f"v{i % c}"), Ref("bt"),
-                                   Ref("len"), scratch, rows, nblocks, bs, Hq, Hkv, D, D ** -0.5, S, swap=swap)
+                                   Ref("len"), scratch, rows, nblocks, bs, Hq, Hkv, D, D ** -0.5, S, swap=swap,
+                                   steal=steal)
     kernel = (("attention_decode" if rows == 1 else f"attn_rows{rows}_hkv{Hkv}") + ("" if shuffle else "_seqbt")
-              + ("_sw" if swap else "") + ("_l2" if l2_resident else ""))
+              + ("_sw" if swap else "") + ("_st" if steal else "") + ("_l2" if l2_resident else ""))
     return {"kernel": kernel, "shape": f"ctx {ctx} S {S}", "bytes": kv_bytes,
             **time_program(dev, prog, arena, launches, smoke)}
 
@@ -628,6 +631,8 @@ def main() -> int:
                     help="attention query heads over 8 kv heads (32: 8B-class GQA 4; 16: Qwen3-0.6B's GQA 2)")
     ap.add_argument("--attn-swap", action="store_true",
                     help="also time the heads-on-N (_sw) attention entry, from DRAM and from L2")
+    ap.add_argument("--attn-steal", action="store_true",
+                    help="also time the tile-sharing (_st) attention entry (from DRAM)")
     args = ap.parse_args()
     only = set(args.only or ())  # empty: every group of the default run (gemv, attention)
     rng = np.random.default_rng(0)
@@ -642,6 +647,7 @@ def main() -> int:
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=1, D=64, rows=3))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64, l2_resident=True))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=128, swap=True))
+        rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=128, steal=True))
         rows += bench_staging(dev, 4096, True, rng)
         rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
         rows.append(bench_bcast(dev, 2, 4096, 2, True, True, rng))
@@ -723,6 +729,8 @@ def main() -> int:
         if args.attn_swap:
             rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, swap=True))
             rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, swap=True, l2_resident=True))
+        if args.attn_steal:
+            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, steal=True))
     print(f"copy bandwidth {copy:.0f} GB/s")
     for r in rows:
         r["GBps"] = r["bytes"] / (r["us"] * 1e3)

@@ -137,13 +137,17 @@ STEAL_MAX_TABLE_BYTES = 32 << 10  # the shared block table's ceiling: two CTAs a
 
 
 def steal_mode() -> bool:
-    """FIXEDGRAPH_ATTN_STEAL: 1 plans the tile-sharing ``_st`` decode entries where they apply
-    (``steal_fits``), 0 (the default) never."""
-    raw = os.environ.get("FIXEDGRAPH_ATTN_STEAL", "0").strip()
+    """FIXEDGRAPH_ATTN_STEAL: 1 (the default) plans the fused decode's tile-sharing ``_long_st``
+    entry where it applies (``steal_fits``), 0 never. Session 43, same-call A/Bs on the H200,
+    ms/token: Qwen3-0.6B -5.1% at 8k keys and -3.0% at 32k, Qwen3-8B -0.8% at 8k and -0.9% at
+    16k (the ``_sw`` entry of a like register footprint: level with the default at 32k, so the
+    gain is the sharing). Alone (``attention_decode``, bench_kernels) the sharing costs 2-3% at
+    8k-16k keys and gains 1.3% at 32k: there the CTAs start together."""
+    raw = os.environ.get("FIXEDGRAPH_ATTN_STEAL", "1").strip()
     if raw not in ("0", "1"):
-        raise ValueError(f"FIXEDGRAPH_ATTN_STEAL={raw!r}: give 1 (decode attention CTAs share a row's "
-                         f"tiles at run time, from {STEAL_MIN_SPLITS} splits on) or 0 (the default: "
-                         f"each split keeps its own key range)")
+        raise ValueError(f"FIXEDGRAPH_ATTN_STEAL={raw!r}: give 1 (the default: decode attention CTAs "
+                         f"share a row's tiles at run time, from {STEAL_MIN_SPLITS} splits on) or 0 "
+                         f"(each split keeps its own key range)")
     return raw == "1"
 
 
@@ -193,7 +197,7 @@ def _split_scratch(op: str, scratch: dict[str, Arg] | None, rows: int, Hq: int, 
 def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, block_table: Arg,
                      seq_len: Arg, scratch: dict[str, Arg] | None, rows: int, max_blocks: int,
                      block_size: int, Hq: int, Hkv: int, D: int, scale: float, num_splits: int,
-                     label: str = "attention_decode", swap: bool = False, steal: bool | None = None) -> int:
+                     label: str = "attention_decode", swap: bool = False, steal: bool | None = False) -> int:
     """Attention of one query token per row over its sequence's paged K/V, in one launch.
 
     out: [rows, Hq * D] bf16, written. q: [rows, Hq * D] bf16 (RoPE applied).
@@ -211,8 +215,10 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
     swap: the ``_sw`` entry (D = 128: query heads on the MMA's N, as the fused ``_sw`` entries),
       the same results up to the order of fp32 sums.
     steal: the tile-sharing ``paged_attention_decode_st_d128`` (True; see ``steal_mode``; not
-      with swap), the per-split ranges (False), or None: ``FIXEDGRAPH_ATTN_STEAL`` from
-      STEAL_MIN_SPLITS splits where it fits. The same results up to the order of fp32 sums.
+      with swap), the per-split ranges (False, the default: alone, without a neighbour's CTAs
+      to start beside, the sharing measured 2-3% slower at 8k-16k keys), or None:
+      ``FIXEDGRAPH_ATTN_STEAL`` from STEAL_MIN_SPLITS splits where it fits. The same results up
+      to the order of fp32 sums.
     Returns the op index.
     """
     op = "attention_decode"

@@ -424,7 +424,8 @@ def test_swap_knob(monkeypatch):
     # FIXEDGRAPH_ATTN_SWAP: 3 (the default) takes _swp at every head dim and split count for GQA
     # groups of at most 8, 2 only at d128's short entry (plain at other head dims, 24+ splits),
     # 1 _sw at every head dim and split count; larger groups always plain; 0 never; garbage is
-    # refused
+    # refused. (With the tile-sharing entry off: from 24 splits it takes the place of these.)
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "0")
     refs = _rope_refs()
 
     def entries(*splits):
@@ -480,25 +481,27 @@ def test_steal_entries_are_planned_only_where_they_apply(monkeypatch):
                                   Hkv, 128, 0.088, 1e-6, S, steal=steal)
         return prog.launches[0]
 
-    def plain(S, Hq=32, Hkv=8, max_blocks=2048, steal=None, swap=False):
+    def plain(S, Hq=32, Hkv=8, max_blocks=2048, steal=False, swap=False):
         prog = Program("p")
         scratch = {n: Ref(n) for n in ops.decode_scratch(1, Hq, 128, S, Hkv)} or None
         ops.attention_decode(prog, Ref("o"), Ref("q"), Ref("k"), Ref("v"), Ref("bt"), Ref("len"), scratch, 1,
                              max_blocks, 16, Hq, Hkv, 128, 0.088, S, steal=steal, swap=swap)
         return prog.launches[0]
 
-    monkeypatch.delenv("FIXEDGRAPH_ATTN_STEAL", raising=False)
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "0")
     assert not ops.steal_mode()
     assert rope(32).entry == "paged_attention_decode_rope_long_swp_d128"
-    assert plain(32).entry == "paged_attention_decode_d128"
-    monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "1")
+    monkeypatch.delenv("FIXEDGRAPH_ATTN_STEAL", raising=False)  # the default: on
+    assert ops.steal_mode()
+    assert plain(32).entry == "paged_attention_decode_d128"  # the plain entry shares only when asked
     st = rope(32)
     assert st.entry == "paged_attention_decode_rope_long_st_d128"
     assert st.shared == ops.decode_shared_bytes(128) + 4 * 2048
-    assert plain(24).entry == "paged_attention_decode_st_d128" and plain(24).shared == ops.decode_shared_bytes(128) + 8192
+    assert plain(24, steal=None).entry == "paged_attention_decode_st_d128"
+    assert plain(24, steal=None).shared == ops.decode_shared_bytes(128) + 8192
     assert rope(16).entry == "paged_attention_decode_rope_swp_d128"  # below STEAL_MIN_SPLITS
     assert rope(32, Hq=72, Hkv=8).entry == "paged_attention_decode_rope_long_d128"  # G = 9 > 8: two passes
-    assert plain(32, Hq=72, Hkv=8).entry == "paged_attention_decode_st_d128"  # the plain body takes 16 heads
+    assert plain(32, Hq=72, Hkv=8, steal=None).entry == "paged_attention_decode_st_d128"  # 16 heads a pass
     assert rope(32, max_blocks=9000).entry == "paged_attention_decode_rope_long_swp_d128"  # 36 KB of table
     assert plain(32, swap=True).entry == "paged_attention_decode_sw_d128"
     monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "0")
