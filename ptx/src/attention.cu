@@ -262,8 +262,9 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes() {
     return n;
 }
 
-#define DECODE_ENTRY(DIM, BODY, SMEM) DECODE_ENTRY_N(DIM, , BODY, SMEM)
-// NAME: the entry's suffix before _d{DIM}
+#define DECODE_ENTRY(DIM, BODY, SMEM) DECODE_ENTRY_N(DIM, , BODY<DIM>, SMEM)
+// NAME: the entry's suffix before _d{DIM}; BODY: the function it calls (parenthesised when its
+// template arguments hold commas)
 #define DECODE_ENTRY_N(DIM, NAME, BODY, SMEM)                                                  \
     extern "C" __global__ void __launch_bounds__(kDecThreads, 2)                               \
         paged_attention_decode##NAME##_d##DIM(                                                 \
@@ -275,8 +276,8 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes() {
         if (D != DIM || blockDim.x != kDecThreads || Hkv == 0 || Hq % Hkv != 0 ||               \
             ((SMEM) > 0 && dynamic_smem_bytes() < (unsigned)(SMEM)))                            \
             return;                                                                             \
-        BODY<DIM>(out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, rows, \
-                  max_blocks, block_size, Hq, Hkv, num_splits, scale);                          \
+        BODY(out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, rows,     \
+             max_blocks, block_size, Hq, Hkv, num_splits, scale);                              \
     }
 
 DECODE_ENTRY(64, decode_tc, attn::decode_tc_smem(64))
@@ -284,33 +285,22 @@ DECODE_ENTRY(96, decode_tc, attn::decode_tc_smem(96))
 DECODE_ENTRY(128, decode_tc, attn::decode_tc_smem(128))
 DECODE_ENTRY(256, decode_scalar, 0)
 
-// decode_tc with the query heads on the MMA's N (SWAP; the fused _sw entries' body, here for
-// tools/bench_kernels.py's kernel-alone timing)
-template <int D>
-__device__ __forceinline__ void decode_tc_sw(bf16 *out, float *o_part, float *ml_part, unsigned *counters,
-                                             const bf16 *q, const bf16 *k_pool, const bf16 *v_pool,
-                                             const int *block_table, const int *seq_len, unsigned rows,
-                                             unsigned max_blocks, unsigned block_size, unsigned Hq,
-                                             unsigned Hkv, unsigned S, float scale) {
-    decode_tc<D, false, 8, true>(out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, rows,
-                                 max_blocks, block_size, Hq, Hkv, S, scale);
-}
-DECODE_ENTRY_N(128, _sw, decode_tc_sw, attn::decode_tc_smem(128))
-
-// decode_tc with its tiles shared out at run time (STEAL; the fused _long_st entry's scheme, here
-// for tools/bench_kernels.py's kernel-alone timing): one pass of up to 16 query heads, the row's
-// block table in 4 max_blocks bytes of dynamic shared memory after the tiles
-template <int D>
-__device__ __forceinline__ void decode_tc_st(bf16 *out, float *o_part, float *ml_part, unsigned *counters,
-                                             const bf16 *q, const bf16 *k_pool, const bf16 *v_pool,
-                                             const int *block_table, const int *seq_len, unsigned rows,
-                                             unsigned max_blocks, unsigned block_size, unsigned Hq,
-                                             unsigned Hkv, unsigned S, float scale) {
-    if (Hq / Hkv > (unsigned)kDecMaxHeads) return;  // refused: one pass of heads only
-    decode_tc<D, false, 8, false, 0, -1, true>(out, o_part, ml_part, counters, q, k_pool, v_pool, block_table,
+// decode_tc's forms for tools/bench_kernels.py's kernel-alone timing of the fused entries'
+// schemes: SWAP, the query heads on the MMA's N (the _sw entries' body); STEAL, the tiles shared
+// out at run time (the _long_st entry's: one pass of up to 16 query heads, the row's block table
+// in 4 max_blocks bytes of dynamic shared memory after the tiles; larger groups are refused).
+template <int D, bool SWAP, bool STEAL>
+__device__ __forceinline__ void decode_tc_form(bf16 *out, float *o_part, float *ml_part, unsigned *counters,
+                                               const bf16 *q, const bf16 *k_pool, const bf16 *v_pool,
+                                               const int *block_table, const int *seq_len, unsigned rows,
+                                               unsigned max_blocks, unsigned block_size, unsigned Hq,
+                                               unsigned Hkv, unsigned S, float scale) {
+    if (STEAL && Hq / Hkv > (unsigned)kDecMaxHeads) return;
+    decode_tc<D, false, 8, SWAP, 0, -1, STEAL>(out, o_part, ml_part, counters, q, k_pool, v_pool, block_table,
                                                seq_len, rows, max_blocks, block_size, Hq, Hkv, S, scale);
 }
-DECODE_ENTRY_N(128, _st, decode_tc_st, attn::decode_tc_smem(128) + 4u * max_blocks)
+DECODE_ENTRY_N(128, _sw, (decode_tc_form<128, true, false>), attn::decode_tc_smem(128))
+DECODE_ENTRY_N(128, _st, (decode_tc_form<128, false, true>), attn::decode_tc_smem(128) + 4u * max_blocks)
 
 // Fused QK-norm + RoPE + KV write + decode attention: qk_norm_rope_kv followed by
 // paged_attention_decode_d{D} in one launch (same splits, scratch, counters, merge and out).
