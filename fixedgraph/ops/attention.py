@@ -131,31 +131,38 @@ def min_keys_per_split() -> int:
 # counter until none is left, so that CTAs which start late (beside the predecessor's CTAs, or
 # after them) take fewer tiles instead of finishing last. The row's whole block table sits in
 # shared memory (4 bytes a block after the tiles), so the take is one atomic a tile and never a
-# block-table round trip. Planned from STEAL_MIN_SPLITS splits on, for one pass of query heads.
+# block-table round trip. Planned by default from STEAL_MIN_SPLITS splits on at head dim 128 (where
+# it was measured), for one pass of query heads; FIXEDGRAPH_ATTN_STEAL=2 plans it wherever it
+# fits (any split count, head dims 64, 96 and 128: an A/B mode).
 STEAL_MIN_SPLITS = 24
 STEAL_MAX_TABLE_BYTES = 32 << 10  # the shared block table's ceiling: two CTAs an SM still fit
 
 
-def steal_mode() -> bool:
-    """FIXEDGRAPH_ATTN_STEAL: 1 (the default) plans the fused decode's tile-sharing ``_long_st``
-    entry where it applies (``steal_fits``), 0 never. Session 43, same-call A/Bs on the H200,
+def steal_mode() -> str:
+    """FIXEDGRAPH_ATTN_STEAL: "1" (the default) plans the fused decode's tile-sharing ``_long_st``
+    entry at head dim 128 from STEAL_MIN_SPLITS splits where it fits (``steal_fits``), "2" the
+    ``_st`` entries at any split count and head dim they fit (unmeasured below 24 splits and at
+    head dims 64 and 96: an A/B mode), "0" never. Session 43, same-call A/Bs on the H200,
     ms/token: Qwen3-0.6B -5.1% at 8k keys and -3.0% at 32k, Qwen3-8B -0.8% at 8k and -0.9% at
     16k (the ``_sw`` entry of a like register footprint: level with the default at 32k, so the
     gain is the sharing). Alone (``attention_decode``, bench_kernels) the sharing costs 2-3% at
     8k-16k keys and gains 1.3% at 32k: there the CTAs start together."""
     raw = os.environ.get("FIXEDGRAPH_ATTN_STEAL", "1").strip()
-    if raw not in ("0", "1"):
+    if raw not in ("0", "1", "2"):
         raise ValueError(f"FIXEDGRAPH_ATTN_STEAL={raw!r}: give 1 (the default: decode attention CTAs "
-                         f"share a row's tiles at run time, from {STEAL_MIN_SPLITS} splits on) or 0 "
-                         f"(each split keeps its own key range)")
-    return raw == "1"
+                         f"share a row's tiles at run time, at head dim 128 from {STEAL_MIN_SPLITS} "
+                         f"splits on), 2 (wherever the sharing entries fit) or 0 (each split keeps "
+                         f"its own key range)")
+    return raw
 
 
-def steal_fits(D: int, Hq: int, Hkv: int, max_blocks: int, max_group: int) -> str:
-    """Why a tile-sharing ``_st`` entry cannot take this launch ("" when it can): head dim 128,
-    one pass of at most ``max_group`` query heads a kv head, and the block table in shared memory."""
-    if D != 128:
-        return f"head_dim {D} (only 128 has an _st entry)"
+def steal_fits(D: int, Hq: int, Hkv: int, max_blocks: int, max_group: int,
+               dims: tuple[int, ...] = (128,)) -> str:
+    """Why a tile-sharing ``_st`` entry cannot take this launch ("" when it can): a head dim in
+    ``dims`` (the entries there are), one pass of at most ``max_group`` query heads a kv head, and
+    the block table in shared memory."""
+    if D not in dims:
+        return f"head_dim {D} (the _st entries take {', '.join(map(str, dims))})"
     if Hq // Hkv > max_group:
         return f"a GQA group of {Hq // Hkv} query heads (at most {max_group}: one pass)"
     if 4 * max_blocks > STEAL_MAX_TABLE_BYTES:
@@ -165,13 +172,16 @@ def steal_fits(D: int, Hq: int, Hkv: int, max_blocks: int, max_group: int) -> st
 
 
 def _steal(op: str, steal: bool | None, S: int, D: int, Hq: int, Hkv: int, max_blocks: int,
-           max_group: int) -> bool:
-    """Whether a decode launch takes the ``_st`` entry: ``steal`` True (required: refused with
-    the reason when it cannot), False, or None (FIXEDGRAPH_ATTN_STEAL, from STEAL_MIN_SPLITS
-    splits, where it fits)."""
-    why = steal_fits(D, Hq, Hkv, max_blocks, max_group)
+           max_group: int, dims: tuple[int, ...] = (128,)) -> bool:
+    """Whether a decode launch takes an ``_st`` entry: ``steal`` True (required: refused with
+    the reason when it cannot), False, or None (``steal_mode``: 1 at head dim 128 from
+    STEAL_MIN_SPLITS splits, 2 wherever it fits, 0 never)."""
+    why = steal_fits(D, Hq, Hkv, max_blocks, max_group, dims)
     if steal is None:
-        return S >= STEAL_MIN_SPLITS and not why and steal_mode()
+        mode = steal_mode()
+        if why or mode == "0":
+            return False
+        return mode == "2" or (S >= STEAL_MIN_SPLITS and D == 128)
     if steal and why:
         raise ValueError(f"{op}: steal=True cannot take {why}; pass steal=None or False")
     return bool(steal)
@@ -271,11 +281,10 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     launched just before it may write ``qkv`` but none of block_table, seq_len, positions, slots
     or the pools (in decode programs the staging kernel writes those at least two launches
     earlier; a grid starts only after every grid before its predecessor has completed).
-    steal: the tile-sharing ``paged_attention_decode_rope_long_st_d128`` (True: heads on N, GQA
-      groups of at most 8, head dim 128; split 0 then writes the current token's K/V), the entry
-      ``decode_rope_entry`` picks (False), or None: ``FIXEDGRAPH_ATTN_STEAL`` from
-      STEAL_MIN_SPLITS splits where it fits (``steal_mode``). The same results up to the order of
-      fp32 sums.
+    steal: a tile-sharing entry, ``steal_rope_entry`` (True: heads on N, GQA groups of at most 8;
+      split 0 then writes the current token's K/V), the entry ``decode_rope_entry`` picks (False),
+      or None: ``steal_mode`` (by default ``_long_st`` at head dim 128 from STEAL_MIN_SPLITS
+      splits where it fits). The same results up to the order of fp32 sums.
     D in (64, 96, 128). Returns the op index.
     """
     op = "attention_decode_rope"
@@ -283,8 +292,8 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
     if rows < 1 or max_blocks < 1 or block_size < 1 or num_splits < 1:
         raise ValueError(f"{op}: rows={rows}, max_blocks={max_blocks}, block_size={block_size}, "
                          f"num_splits={num_splits} must all be >= 1")
-    st = _steal(op, steal, int(num_splits), D, Hq, Hkv, max_blocks, SWAP_MAX_GROUP)
-    entry = ("paged_attention_decode_rope_long_st_d128" if st else
+    st = _steal(op, steal, int(num_splits), D, Hq, Hkv, max_blocks, SWAP_MAX_GROUP, DECODE_ROPE_HEAD_DIMS)
+    entry = (steal_rope_entry(D, int(num_splits)) if st else
              decode_rope_entry(D, int(num_splits), choose_swap(D, Hq, Hkv, int(num_splits)) if swap is None else swap))
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, int(num_splits))
     args = (out, o_part, ml_part, counters, qkv, _ptr(q_norm), _ptr(k_norm), rope, positions, slots,
@@ -361,13 +370,26 @@ def _swap_mode() -> str:
     return raw
 
 
-# Every entry decode_rope_entry can return: fixedgraph.pdl checks their pre-wait reads.
+def steal_rope_entry(D: int, num_splits: int) -> str:
+    """The fused tile-sharing entry at head dim D: ``paged_attention_decode_rope_long_st_d128``
+    from LONG_MERGE_MIN_SPLITS splits at D = 128 (16 partials a merge round), else
+    ``paged_attention_decode_rope_st_d{D}`` (8 a round)."""
+    if D not in DECODE_ROPE_HEAD_DIMS:
+        raise ValueError(f"steal_rope_entry: head_dim {D} has no tile-sharing entry")
+    if D == 128 and num_splits >= LONG_MERGE_MIN_SPLITS:
+        return "paged_attention_decode_rope_long_st_d128"
+    return f"paged_attention_decode_rope_st_d{D}"
+
+
+# Every entry decode_rope_entry and steal_rope_entry can return: fixedgraph.pdl checks their
+# pre-wait reads.
 DECODE_ROPE_ENTRIES = frozenset({*(f"paged_attention_decode_rope_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
                                  *(f"paged_attention_decode_rope_sw_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
                                  "paged_attention_decode_rope_long_d128", "paged_attention_decode_rope_long_sw_d128",
                                  *(f"paged_attention_decode_rope_swp_d{d}" for d in DECODE_ROPE_HEAD_DIMS),
                                  "paged_attention_decode_rope_long_swp_d128",
-                                 "paged_attention_decode_rope_long_st_d128"})
+                                 "paged_attention_decode_rope_long_st_d128",
+                                 *(f"paged_attention_decode_rope_st_d{d}" for d in DECODE_ROPE_HEAD_DIMS)})
 
 
 def attention_combine(prog: Program, out: Arg, scratch: dict[str, Arg], rows: int, Hq: int, D: int,

@@ -376,9 +376,13 @@ DECODE_ROPE_ENTRY_P(128, _swp, 8, true, 48, -1)
 DECODE_ROPE_ENTRY_P(128, _long_swp, 16, true, 56, 2)
 DECODE_ROPE_ENTRY_P(96, _swp, 8, true, 24, 2)
 DECODE_ROPE_ENTRY_P(64, _swp, 8, true, 16, 2)
-// The long entry with its tiles shared out at run time (decode_tc's STEAL; ops.attention.steal_tiles:
-// a split whose CTA starts late takes fewer tiles); heads on N, no idle registers.
+// The entries with their tiles shared out at run time (decode_tc's STEAL; ops.attention.steal_mode:
+// a split whose CTA starts late takes fewer tiles); heads on N, no idle registers. _long_st is
+// the default from 24 splits at d128; _st (8 partials a merge round) is FIXEDGRAPH_ATTN_STEAL=2's.
 DECODE_ROPE_ENTRY_X(128, _long_st, 16, true, 0, -1, true)
+DECODE_ROPE_ENTRY_X(64, _st, 8, true, 0, -1, true)
+DECODE_ROPE_ENTRY_X(96, _st, 8, true, 0, -1, true)
+DECODE_ROPE_ENTRY_X(128, _st, 8, true, 0, -1, true)
 
 // out[row, h, :] = sum_s o_part[row, h, s, :] * w_s / sum_s w_s, w_s = l_s * exp(m_s - max m).
 // Any grid (x*y CTAs stride over the rows*Hq (row, head) pairs), any block size.

@@ -471,6 +471,12 @@ _register({
     "attention_decode_rope_st_r3_bs16_h32kv8_d128_s24": (3, 16, 32, 8, 128, 24, False, [3072, 64, 129], 1, "", True),
     "attention_decode_rope_st_r2_bs24_h28kv4_d128_s32": (2, 24, 28, 4, 128, 32, False, [4100, 700], None, "", True),
     "attention_decode_rope_st_r1_bs16_h8kv8_d128_s40_norm": (1, 16, 8, 8, 128, 40, True, [2561], None, "", True),
+    # below 24 splits (the _st entries, FIXEDGRAPH_ATTN_STEAL=2): d128 G = 2 at 16 splits over 4176
+    # keys (66 tiles, 34 taken) with a 1-key row; d64 (SmolLM2's 9 / 3) and d96 with rows of fewer
+    # tiles than splits, a row writing no K/V and a block size that is not a power of 2
+    "attention_decode_rope_st_r2_bs16_h16kv8_d128_s16_norm": (2, 16, 16, 8, 128, 16, True, [4176, 1], None, "", True),
+    "attention_decode_rope_st_r3_bs16_h9kv3_d64_s8_norm": (3, 16, 9, 3, 64, 8, True, [3000, 129, 64], 1, "", True),
+    "attention_decode_rope_st_r2_bs12_h16kv4_d96_s4": (2, 12, 16, 4, 96, 4, False, [1100, 300], None, "", True),
 }, _rope_case)
 kernel_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4")(  # an empty row gives zeros
     lambda rng: _decode_case("attention_decode_len0_r3_bs16_h32kv8_d128_s4", rng, 3, 16, 32, 8, 128,

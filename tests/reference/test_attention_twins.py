@@ -56,6 +56,7 @@ def test_every_entry_has_cases():
              "paged_attention_decode_rope_long_swp_d128"}
     want |= {f"paged_attention_decode_rope_swp_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     want |= {"paged_attention_decode_st_d128", "paged_attention_decode_rope_long_st_d128"}  # tiles shared
+    want |= {f"paged_attention_decode_rope_st_d{d}" for d in ops.DECODE_ROPE_HEAD_DIMS}
     assert want | {"paged_attention_combine"} == entries
     decode_cases = [f(np.random.default_rng(0)) for n, f in CASES.items() if "decode" in n]
     # one launch, no combine (the _twice cases launch the same op twice on purpose)
@@ -278,9 +279,10 @@ def _two_launch(case: KernelCase) -> KernelCase:
                     None if isinstance(k_norm, Null) else k_norm, rope, positions, slots, k_pool,
                     v_pool, rows, Hq, Hkv, D, eps)
     scratch = {n: Ref(n) for n in case.buffers if n.startswith("attn_split")}
+    if "_st_d" in fused.entry:  # tiles shared: its twin is one softmax over the keys, as one split's
+        scratch, S = {}, 1
     ops.attention_decode(prog, out, Ref("q"), k_pool, v_pool, block_table, seq_len, scratch or None,
-                         rows, max_blocks, block_size, Hq, Hkv, D, scale, S,
-                         steal=fused.entry.endswith("_st_d128"))  # tiles shared: the plain _st entry
+                         rows, max_blocks, block_size, Hq, Hkv, D, scale, S)
     return KernelCase(case.name, prog, bufs, case.outputs, case.reference)
 
 
@@ -489,10 +491,10 @@ def test_steal_entries_are_planned_only_where_they_apply(monkeypatch):
         return prog.launches[0]
 
     monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "0")
-    assert not ops.steal_mode()
+    assert ops.steal_mode() == "0"
     assert rope(32).entry == "paged_attention_decode_rope_long_swp_d128"
-    monkeypatch.delenv("FIXEDGRAPH_ATTN_STEAL", raising=False)  # the default: on
-    assert ops.steal_mode()
+    monkeypatch.delenv("FIXEDGRAPH_ATTN_STEAL", raising=False)  # the default: on, d128 from 24 splits
+    assert ops.steal_mode() == "1"
     assert plain(32).entry == "paged_attention_decode_d128"  # the plain entry shares only when asked
     st = rope(32)
     assert st.entry == "paged_attention_decode_rope_long_st_d128"
@@ -504,8 +506,18 @@ def test_steal_entries_are_planned_only_where_they_apply(monkeypatch):
     assert plain(32, Hq=72, Hkv=8, steal=None).entry == "paged_attention_decode_st_d128"  # 16 heads a pass
     assert rope(32, max_blocks=9000).entry == "paged_attention_decode_rope_long_swp_d128"  # 36 KB of table
     assert plain(32, swap=True).entry == "paged_attention_decode_sw_d128"
+    monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "2")  # wherever it fits: any split count and head dim
+    assert rope(16).entry == "paged_attention_decode_rope_st_d128"
+    assert rope(16).shared == ops.decode_shared_bytes(128) + 4 * 2048
+    assert plain(8, steal=None).entry == "paged_attention_decode_st_d128"
+    assert rope(32).entry == "paged_attention_decode_rope_long_st_d128"
+    assert rope(32, Hq=72, Hkv=8).entry == "paged_attention_decode_rope_long_d128"  # still one pass only
+    assert ops.steal_rope_entry(64, 40) == "paged_attention_decode_rope_st_d64"
+    with pytest.raises(ValueError, match="head_dim 256"):
+        ops.steal_rope_entry(256, 4)
     monkeypatch.setenv("FIXEDGRAPH_ATTN_STEAL", "0")
-    assert rope(4, steal=True).entry == "paged_attention_decode_rope_long_st_d128"  # insisted: any S
+    assert rope(32).entry == "paged_attention_decode_rope_long_swp_d128"
+    assert rope(4, steal=True).entry == "paged_attention_decode_rope_st_d128"  # insisted: any S
     with pytest.raises(ValueError, match="GQA group of 9"):
         rope(32, Hq=72, Hkv=8, steal=True)
     with pytest.raises(ValueError, match="max_blocks=9000"):

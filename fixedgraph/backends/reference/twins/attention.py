@@ -193,8 +193,10 @@ twin("paged_attention_decode_rope_long_sw_d128")(_decode_rope(128, "_long_sw"))
 for _d in DECODE_ROPE_DIMS:
     twin(f"paged_attention_decode_rope_swp_d{_d}")(_decode_rope(_d, "_swp"))
 twin("paged_attention_decode_rope_long_swp_d128")(_decode_rope(128, "_long_swp"))
-# tiles shared out at run time (the _long_st entry): the same results
+# tiles shared out at run time (the _long_st and _st entries): the same results
 twin("paged_attention_decode_rope_long_st_d128")(_decode_rope(128, "_long_st", steal=True))
+for _d in DECODE_ROPE_DIMS:
+    twin(f"paged_attention_decode_rope_st_d{_d}")(_decode_rope(_d, "_st", steal=True))
 
 
 @twin("paged_attention_combine")
