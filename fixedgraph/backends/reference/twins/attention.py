@@ -19,6 +19,7 @@ from fixedgraph.backends.reference.twins.embed_norm import rms_norm_bf16
 DECODE_DIMS = (64, 96, 128, 256)
 DECODE_ROPE_DIMS = (64, 96, 128)  # the tensor-core body only
 PREFILL_DIMS = (64, 96, 128)
+_TILE_KEYS = 64  # keys a K/V tile of the tensor-core decode body (attention_decode.cuh kDecTileKeys)
 _PREFILL_ROWS = 256  # query tokens per numpy step: bounds the [tokens, G, keys] score block
 
 
@@ -75,8 +76,8 @@ def _attend(mem, entry: str, out, o_part, ml_part, counters, qf: np.ndarray, k_p
     for r in range(rows):
         n = int(lens[r])
         kps, used = _split_keys(n, S, block_size)
-        if steal:  # min(S, tiles of 64 keys) splits hold tiles; the result is all that is defined
-            used = min(S, -(-n // 64)) if n > 0 else 0
+        if steal:  # min(S, tiles) splits hold tiles; the result is all that is defined
+            used = min(S, -(-n // _TILE_KEYS)) if n > 0 else 0
         if used == 0:
             continue
         if used > 1 and ctr[r].any():
