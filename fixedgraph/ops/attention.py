@@ -133,7 +133,8 @@ def min_keys_per_split() -> int:
 # shared memory (4 bytes a block after the tiles), so the take is one atomic a tile and never a
 # block-table round trip. Planned by default from STEAL_MIN_SPLITS splits on at head dim 128 (where
 # it was measured), for one pass of query heads; FIXEDGRAPH_ATTN_STEAL=2 plans it wherever it
-# fits (any split count, head dims 64, 96 and 128: an A/B mode).
+# fits (any split count, head dims 64, 96 and 128: an A/B mode, which loses 3-4% a token on
+# Qwen3-0.6B at 16 splits; session 44).
 STEAL_MIN_SPLITS = 24
 STEAL_MAX_TABLE_BYTES = 32 << 10  # the shared block table's ceiling: two CTAs an SM still fit
 
@@ -141,8 +142,9 @@ STEAL_MAX_TABLE_BYTES = 32 << 10  # the shared block table's ceiling: two CTAs a
 def steal_mode() -> str:
     """FIXEDGRAPH_ATTN_STEAL: "1" (the default) plans the fused decode's tile-sharing ``_long_st``
     entry at head dim 128 from STEAL_MIN_SPLITS splits where it fits (``steal_fits``), "2" the
-    ``_st`` entries at any split count and head dim they fit (unmeasured below 24 splits and at
-    head dims 64 and 96: an A/B mode), "0" never. Session 43, same-call A/Bs on the H200,
+    ``_st`` entries at any split count and head dim they fit (an A/B mode; session 44 on the
+    H200, same call, Qwen3-0.6B ms/token: +3.2% / +3.6% at 4176 keys (16 splits), +0.6% at 128 +
+    256: it loses below 24 splits; d64 / d96 unmeasured), "0" never. Session 43, same-call A/Bs on the H200,
     ms/token: Qwen3-0.6B -5.1% at 8k keys and -3.0% at 32k, Qwen3-8B -0.8% at 8k and -0.9% at
     16k (the ``_sw`` entry of a like register footprint: level with the default at 32k, so the
     gain is the sharing). Alone (``attention_decode``, bench_kernels) the sharing costs 2-3% at
