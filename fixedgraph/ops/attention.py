@@ -137,6 +137,12 @@ def min_keys_per_split() -> int:
 # Qwen3-0.6B at 16 splits; session 44).
 STEAL_MIN_SPLITS = 24
 STEAL_MAX_TABLE_BYTES = 32 << 10  # the shared block table's ceiling: two CTAs an SM still fit
+DEC_MAX_HEADS = 16  # query heads in one pass of the plain decode body (attention_decode.cuh kDecMaxHeads)
+
+
+def steal_table_bytes(max_blocks: int) -> int:
+    """Dynamic shared bytes an ``_st`` CTA adds after its tiles: the row's whole block table."""
+    return 4 * int(max_blocks)
 
 
 def steal_mode() -> str:
@@ -167,8 +173,8 @@ def steal_fits(D: int, Hq: int, Hkv: int, max_blocks: int, max_group: int,
         return f"head_dim {D} (the _st entries take {', '.join(map(str, dims))})"
     if Hq // Hkv > max_group:
         return f"a GQA group of {Hq // Hkv} query heads (at most {max_group}: one pass)"
-    if 4 * max_blocks > STEAL_MAX_TABLE_BYTES:
-        return (f"max_blocks={max_blocks}: its block table ({4 * max_blocks} bytes) exceeds the "
+    if steal_table_bytes(max_blocks) > STEAL_MAX_TABLE_BYTES:
+        return (f"max_blocks={max_blocks}: its block table ({steal_table_bytes(max_blocks)} bytes) exceeds the "
                 f"{STEAL_MAX_TABLE_BYTES} bytes of shared memory it may take")
     return ""
 
@@ -243,14 +249,15 @@ def attention_decode(prog: Program, out: Arg, q: Arg, k_pool: Arg, v_pool: Arg, 
     S = int(num_splits)
     if swap and steal:
         raise ValueError(f"{op}: swap and steal together have no entry; pass one of them")
-    st = not swap and _steal(op, steal, S, D, Hq, Hkv, max_blocks, 16)
+    st = not swap and _steal(op, steal, S, D, Hq, Hkv, max_blocks, DEC_MAX_HEADS)
     entry = ("paged_attention_decode_sw_d128" if swap else "paged_attention_decode_st_d128" if st
              else f"paged_attention_decode_d{D}")
     o_part, ml_part, counters = _split_scratch(op, scratch, rows, Hq, Hkv, D, S)
     args = (out, o_part, ml_part, counters, q, k_pool, v_pool, block_table, seq_len, int(rows),
             int(max_blocks), int(block_size), int(Hq), int(Hkv), int(D), S, float(scale))
     return prog.launch(entry, (Hkv, rows, S), (DECODE_THREADS, 1, 1),
-                       args, shared=decode_shared_bytes(D) + (4 * int(max_blocks) if st else 0), label=label)
+                       args, shared=decode_shared_bytes(D) + (steal_table_bytes(max_blocks) if st else 0),
+                       label=label)
 
 
 def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None, k_norm: Arg | None,
@@ -303,7 +310,7 @@ def attention_decode_rope(prog: Program, out: Arg, qkv: Arg, q_norm: Arg | None,
             int(Hq), int(Hkv), int(D), int(num_splits), float(scale), float(eps))
     return prog.launch(entry, (Hkv, rows, int(num_splits)),
                        (DECODE_THREADS, 1, 1), args,
-                       shared=decode_shared_bytes(D) + smem_pad_bytes() + (4 * int(max_blocks) if st else 0),
+                       shared=decode_shared_bytes(D) + smem_pad_bytes() + (steal_table_bytes(max_blocks) if st else 0),
                        label=label)
 
 

@@ -472,7 +472,7 @@ def test_swap_knob(monkeypatch):
 
 
 def test_steal_entries_are_planned_only_where_they_apply(monkeypatch):
-    # FIXEDGRAPH_ATTN_STEAL: off by default; on, from STEAL_MIN_SPLITS splits where the entry fits
+    # FIXEDGRAPH_ATTN_STEAL: on by default (1), from STEAL_MIN_SPLITS splits where the entry fits
     # (head dim 128, one pass of query heads, the block table in shared memory); steal=True
     # insists and is refused with the reason; the launch carries the block table's shared bytes.
     def rope(S, Hq=32, Hkv=8, max_blocks=2048, steal=None):
