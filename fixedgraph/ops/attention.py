@@ -173,8 +173,9 @@ def steal_fits(D: int, Hq: int, Hkv: int, max_blocks: int, max_group: int,
         return f"head_dim {D} (the _st entries take {', '.join(map(str, dims))})"
     if Hq // Hkv > max_group:
         return f"a GQA group of {Hq // Hkv} query heads (at most {max_group}: one pass)"
-    if steal_table_bytes(max_blocks) > STEAL_MAX_TABLE_BYTES:
-        return (f"max_blocks={max_blocks}: its block table ({steal_table_bytes(max_blocks)} bytes) exceeds the "
+    table = steal_table_bytes(max_blocks)
+    if table > STEAL_MAX_TABLE_BYTES:
+        return (f"max_blocks={max_blocks}: its block table ({table} bytes) exceeds the "
                 f"{STEAL_MAX_TABLE_BYTES} bytes of shared memory it may take")
     return ""
 
