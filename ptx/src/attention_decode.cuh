@@ -192,52 +192,6 @@ __device__ __forceinline__ void load_kv_tile(
     cp_async_commit();
 }
 
-// FG_ATTN_WARP_TILES (an A/B build, tools/build_ptx.py attention -D FG_ATTN_WARP_TILES): the
-// calling warp's own 16 keys [kbase + 16 warp, + 16) of a tile only, the rows it alone reads
-// (decode_tc's warp w owns those keys), so a stage needs no CTA barrier: the warp's own
-// cp.async wait and a __syncwarp before its math, a __syncwarp before it refills the rows.
-// A warp with no key left in the tile commits an empty group (its math skips the tile too).
-template <int D, bool SUB = false>
-__device__ __forceinline__ void load_kv_warp(
-    __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
-    const __nv_bfloat16 *__restrict__ v_pool, const int *s_bt, int win0, int kbase, int kend,
-    const DivBy &bs, size_t tok_stride, unsigned kvh, int sub_key = -1,
-    const __nv_bfloat16 *sub_k = nullptr, const __nv_bfloat16 *sub_v = nullptr) {
-    constexpr int CHUNKS = D / 8, N = 16 * CHUNKS / 32, LD = D + 8;
-    static_assert(16 * CHUNKS % 32 == 0, "a warp's 16 rows must divide over its lanes");
-    const int lane = threadIdx.x & 31, k0 = (int)(threadIdx.x >> 5) * 16;  // tile row of key 0
-    if (kbase + k0 >= kend) {  // warp-uniform
-        cp_async_commit();
-        return;
-    }
-    unsigned tok[N];  // pool token index of each chunk's key; ~0u: past kend
-#pragma unroll
-    for (int it = 0; it < N; ++it) {
-        const int key = kbase + k0 + (lane + it * 32) / CHUNKS;
-        const int kc = min(key, kend - 1);
-        unsigned off;
-        const unsigned blk = (unsigned)s_bt[(int)divmod(bs, (unsigned)kc, off) - win0];
-        tok[it] = key < kend && !(SUB && key == sub_key) ? blk * bs.d + off : ~0u;
-    }
-#pragma unroll
-    for (int it = 0; it < N; ++it) {
-        const int i = lane + it * 32;
-        const int kl = k0 + i / CHUNKS, cc = i % CHUNKS;
-        if (SUB && kbase + kl == sub_key) {
-            if (sub_k != nullptr) {
-                *reinterpret_cast<uint4 *>(s_k + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_k + cc * 8);
-                *reinterpret_cast<uint4 *>(s_v + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_v + cc * 8);
-            }
-            continue;
-        }
-        const bool ok = tok[it] != ~0u;
-        const size_t off = ok ? (size_t)tok[it] * tok_stride + (size_t)kvh * D + cc * 8 : 0;
-        cp_async16(smem_addr(s_k + kl * LD + cc * 8), k_pool + off, ok ? 16 : 0);
-        cp_async16(smem_addr(s_v + kl * LD + cc * 8), v_pool + off, ok ? 16 : 0);
-    }
-    cp_async_commit();
-}
-
 // The whole CTA: s_bt[i] = bt[win0 + i] for the window's entries up to block last (inclusive),
 // through L2 (ld.cg: decode_tc loads the first window before its PDL wait, see there), then a
 // barrier. The caller makes sure no thread still reads the previous window.
@@ -503,11 +457,6 @@ __device__ __forceinline__ void decode_tc(
     static_assert(4 * 16 * SO * 4 <= decode_tc_smem(D), "s_o must fit in the tile buffers");
     constexpr unsigned PASS = SWAP ? 8u : (unsigned)kDecMaxHeads;  // query heads a pass
     constexpr int MT = D / 16;  // SWAP: dim m-tiles of O^T
-#ifdef FG_ATTN_WARP_TILES
-    constexpr bool WT = !STEAL;  // warp-private K/V rows: no CTA barrier a stage (load_kv_warp)
-#else
-    constexpr bool WT = false;
-#endif
 
     extern __shared__ __align__(16) unsigned char dec_smem[];  // decode_tc_smem(D) bytes
     __nv_bfloat16 *s_kv = reinterpret_cast<__nv_bfloat16 *>(dec_smem);  // [stage][K, V][TK][LD]
@@ -622,14 +571,9 @@ __device__ __forceinline__ void decode_tc(
             for (int st = 0; st < (STEAL ? 0 : kDecStages); ++st) {
                 if (st < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
-                    if constexpr (WT)
-                        load_kv_warp<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, sr.start + st * TK,
-                                              sr.end, bs, tok_stride, kvh, sub_key,
-                                              h0 ? s_ck : nullptr, h0 ? s_cv : nullptr);
-                    else
-                        load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, sr.start + st * TK,
-                                              sr.end, bs, tok_stride, kvh, sub_key,
-                                              h0 ? s_ck : nullptr, h0 ? s_cv : nullptr);
+                    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, sr.start + st * TK,
+                                          sr.end, bs, tok_stride, kvh, sub_key,
+                                          h0 ? s_ck : nullptr, h0 ? s_cv : nullptr);
                 } else {
                     cp_async_commit();
                 }
@@ -671,9 +615,7 @@ __device__ __forceinline__ void decode_tc(
                 const int kb = (STEAL ? tile * TK : sr.start + kt * TK) + warp * 16;
                 const int kend = STEAL ? min(tile * TK + TK, len) : sr.end;
                 cp_async_wait<kDecStages - 1>();  // tile kt landed (later ones may still fly)
-                // WT: this warp's rows are its own; the first tile also orders s_q, s_ck/s_cv and
-                // the patched rows (other warps wrote them) before any warp's math
-                if (!WT || kt == 0) __syncthreads(); else __syncwarp();
+                __syncthreads();
                 if (kt == 0) FG_TRACE_MARK(2);  // the first tile landed
                 if constexpr (SWAP) {
                     if (kb < kend) swap_tile<D>(o, m0, m1, l0, l1, smem0 + st * 2 * TILE_BYTES, s_q, kb,
@@ -749,11 +691,7 @@ __device__ __forceinline__ void decode_tc(
                     }
                     s_next = next;
                 }
-                if constexpr (WT) {
-                    __syncwarp();  // NOTE: WT: the warp is done with its own rows of stage st
-                } else {
-                    __syncthreads();  // NOTE: every warp is done with stage st before it is refilled
-                }
+                __syncthreads();  // NOTE: every warp is done with stage st before it is refilled
                 if constexpr (STEAL) {
                     const int next = s_next;  // rewritten only after the next iteration's barrier
                     if (st) tile1 = next; else tile0 = next;
@@ -769,16 +707,11 @@ __device__ __forceinline__ void decode_tc(
                     const int kb0 = sr.start + (kt + kDecStages) * TK;
                     const int last = (min(kb0 + TK, sr.end) - 1) / (int)block_size;
                     if (last >= win0 + kDecBtWindow) {  // CTA-uniform; every thread passed the barrier above
-                        if constexpr (WT) __syncthreads();  // WT: no warp still reads the old window
                         win0 = kb0 / (int)block_size;
                         bt_window(s_bt, bt, win0, (sr.end - 1) / (int)block_size);
                     }
-                    if constexpr (WT)
-                        load_kv_warp<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, kb0, sr.end,
-                                              bs, tok_stride, kvh, sub_key, s_ck, s_cv);
-                    else
-                        load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, kb0, sr.end,
-                                              bs, tok_stride, kvh, sub_key, s_ck, s_cv);
+                    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, kb0, sr.end,
+                                          bs, tok_stride, kvh, sub_key, s_ck, s_cv);
                 } else {
                     cp_async_commit();
                 }
