@@ -147,6 +147,66 @@ struct TileLoad {
     static_assert(kDecTileKeys * CHUNKS % kDecThreads == 0, "tile chunks must divide evenly");
 };
 
+#ifdef FG_KV_SEQ_KEYS
+// FG_KV_SEQ_KEYS (an A/B build: tools/build_ptx.py attention -D FG_KV_SEQ_KEYS): load_kv_tile
+// with each thread's chunk column cc on N consecutive keys of the tile instead of keys 8 apart,
+// so that one block-table lookup (divmod + shared load) serves all N keys while they stay in one
+// block (block sizes that are multiples of N: every block after the first needs none) instead of
+// N lookups a tile. Session 47's SASS of the plain d128 refill: the N lookups compile to N
+// branches, each waiting on its shared load before the next (~40% of the refill's ~300
+// instructions ahead of the first copy); ncu put ~30% of the 4k attention's stall samples in the
+// two copy-issue phases. Warp coverage is the same (two keys' rows of 256 bytes an instruction
+// at d128), and so are the shared rows written. Head dims whose chunk count divides the block
+// (64, 128) only.
+template <int D, bool SUB>
+__device__ __forceinline__ void load_kv_seq(
+    __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
+    const __nv_bfloat16 *__restrict__ v_pool, const int *s_bt, int win0, int kbase, int kend,
+    const DivBy &bs, size_t tok_stride, unsigned kvh, int sub_key,
+    const __nv_bfloat16 *sub_k, const __nv_bfloat16 *sub_v) {
+    constexpr int CHUNKS = D / 8, GROUPS = kDecThreads / CHUNKS, N = kDecTileKeys / GROUPS, LD = D + 8;
+    static_assert(kDecThreads % CHUNKS == 0 && kDecTileKeys % GROUPS == 0, "load_kv_seq: uneven columns");
+    const int cc = (int)threadIdx.x % CHUNKS, kl0 = (int)threadIdx.x / CHUNKS * N;  // rows kl0 .. kl0 + N - 1
+    const int key0 = kbase + kl0;
+    unsigned off;  // the current key's offset in its block (keys past kend: kend - 1's)
+    int b = (int)divmod(bs, (unsigned)min(key0, kend - 1), off);
+    const size_t col = (size_t)kvh * D + cc * 8;
+    size_t o = (size_t)((unsigned)s_bt[b - win0] * bs.d + off) * tok_stride + col;
+    const __nv_bfloat16 *kp = k_pool + o, *vp = v_pool + o;  // the current key's chunk
+    const uint32_t sk = smem_addr(s_k + kl0 * LD + cc * 8), sv = smem_addr(s_v + kl0 * LD + cc * 8);
+#pragma unroll
+    for (int it = 0; it < N; ++it) {
+        const int key = key0 + it;
+        if (SUB && key == sub_key) {
+            if (sub_k != nullptr) {
+                *reinterpret_cast<uint4 *>(s_k + (kl0 + it) * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_k + cc * 8);
+                *reinterpret_cast<uint4 *>(s_v + (kl0 + it) * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_v + cc * 8);
+            }
+        } else {
+            // keys past kend read nothing (zero-filled); their pointer stays a pool address
+            const int n = key < kend ? 16 : 0;
+            cp_async16(sk + it * LD * 2, kp, n);
+            cp_async16(sv + it * LD * 2, vp, n);
+        }
+        if (it + 1 < N) {
+            if (++off == bs.d) {  // the next key starts the next block
+                off = 0;
+                ++b;
+                if (key + 1 < kend) {
+                    o = (size_t)((unsigned)s_bt[b - win0] * bs.d) * tok_stride + col;
+                    kp = k_pool + o;
+                    vp = v_pool + o;
+                }
+            } else {
+                kp += tok_stride;
+                vp += tok_stride;
+            }
+        }
+    }
+    cp_async_commit();
+}
+#endif
+
 // Issue one tile's cp.async (keys [kbase, kbase + 64) of kv head kvh) into s_k/s_v and commit.
 // Keys at or past kend are zero-filled and read nothing: garbage or NaN in unwritten pool
 // slots never reaches P.V. Block-table entries come from s_bt, the window of the row's table
@@ -162,6 +222,13 @@ __device__ __forceinline__ void load_kv_tile(
     const __nv_bfloat16 *__restrict__ v_pool, const int *s_bt, int win0, int kbase, int kend,
     const DivBy &bs, size_t tok_stride, unsigned kvh, int sub_key = -1,
     const __nv_bfloat16 *sub_k = nullptr, const __nv_bfloat16 *sub_v = nullptr) {
+#ifdef FG_KV_SEQ_KEYS
+    if constexpr (kDecThreads % (D / 8) == 0) {
+        load_kv_seq<D, SUB>(s_k, s_v, k_pool, v_pool, s_bt, win0, kbase, kend, bs, tok_stride, kvh, sub_key,
+                            sub_k, sub_v);
+        return;
+    }
+#endif
     constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = D + 8;
     unsigned tok[N];  // pool token index of each chunk's key; ~0u: past kend
 #pragma unroll
