@@ -150,7 +150,9 @@ def steal_mode() -> str:
     entry at head dim 128 from STEAL_MIN_SPLITS splits where it fits (``steal_fits``), "2" the
     ``_st`` entries at any split count and head dim they fit (an A/B mode; session 44 on the
     H200, same call, Qwen3-0.6B ms/token: +3.2% / +3.6% at 4176 keys (16 splits), +0.6% at 128 +
-    256: it loses below 24 splits; d64 / d96 unmeasured), "0" never. Session 43, same-call A/Bs on the H200,
+    256: it loses below 24 splits; session 47 on the H100, same call, at d64: Llama-3.2-1B −0.5 / −2.2 /
+    −2.4 / −1.0% at 128 + 256 / 4k / 8k / 16k keys, Qwen2.5-0.5B level / +0.6 / −2.2 / +2.7%, so no
+    d64 rule yet; d96 unmeasured), "0" never. Session 43, same-call A/Bs on the H200,
     ms/token: Qwen3-0.6B -5.1% at 8k keys and -3.0% at 32k, Qwen3-8B -0.8% at 8k and -0.9% at
     16k (the ``_sw`` entry of a like register footprint: level with the default at 32k, so the
     gain is the sharing). Alone (``attention_decode``, bench_kernels) the sharing costs 2-3% at
