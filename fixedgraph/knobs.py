@@ -92,7 +92,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("FIXEDGRAPH_ATTN_STEAL", "tuning", "1", "1: the fused decode attention's CTAs share a row's key tiles "
          "at run time (_long_st: d128 from 24 splits on, where it fits); 2: the _st entries wherever they fit "
          "(any split count, d64/96/128; an A/B mode: +3-4% a token on Qwen3-0.6B at 16 splits; at d64 -0.5 to "
-         "-2.4% on Llama-3.2-1B and +2.7 to -2.2% on Qwen2.5-0.5B, session 47); 0: each split its own keys", "fixedgraph.ops.attention.steal_mode"),
+         "-2.4% on Llama-3.2-1B and +2.7 to -2.2% on Qwen2.5-0.5B, session 47); 0: each split its own keys",
+         "fixedgraph.ops.attention.steal_mode"),
     # build
     Knob("FIXEDGRAPH_CUDA_INCLUDE", "build", "(searched)", "the CUDA include directory for building the Cython "
          "extensions", "setup.py"),

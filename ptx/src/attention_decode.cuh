@@ -153,9 +153,10 @@ struct TileLoad {
 // so that one block-table lookup (divmod + shared load) serves all N keys while they stay in one
 // block (block sizes that are multiples of N: every block after the first needs none) instead of
 // N lookups a tile. Session 47's SASS of the plain d128 refill: the N lookups compile to N
-// branches, each waiting on its shared load before the next (~40% of the refill's ~300
-// instructions ahead of the first copy); ncu put ~30% of the 4k attention's stall samples in the
-// two copy-issue phases. Warp coverage is the same (two keys' rows of 256 bytes an instruction
+// branches, each waiting on its shared load before the next (~210 of the refill's ~300
+// instructions come before its first copy; ~40 here); ncu put ~30% of the 4k attention's stall
+// samples in the two copy-issue phases. On the H100: the 4k launch alone -6.1%, Qwen3-0.6B at
+// 4176 keys -1.0% a token (BENCHMARKS session 47). Warp coverage is the same (two keys' rows of 256 bytes an instruction
 // at d128), and so are the shared rows written. Head dims whose chunk count divides the block
 // (64, 128) only.
 template <int D, bool SUB>
