@@ -238,7 +238,18 @@ __device__ __forceinline__ void load_kv_tile(
         // keys past kend read kend - 1's entry (kbase < kend whenever a tile is loaded)
         const int kc = min(key, kend - 1);
         unsigned off;
+#ifdef FG_KV_FLAT_LOOKUP
+        // FG_KV_FLAT_LOOKUP (an A/B build): the entry's load as volatile asm, so ptxas cannot put it
+        // in a branch of its own under key < kend (session 47's SASS: N branches, each waiting
+        // on its load before the next); the N loads then issue back to back
+        int blk_s;
+        asm volatile("ld.shared.b32 %0, [%1];"
+                     : "=r"(blk_s)
+                     : "r"(smem_addr(s_bt + ((int)divmod(bs, (unsigned)kc, off) - win0))));
+        const unsigned blk = (unsigned)blk_s;
+#else
         const unsigned blk = (unsigned)s_bt[(int)divmod(bs, (unsigned)kc, off) - win0];
+#endif
         tok[it] = key < kend && !(SUB && key == sub_key) ? blk * bs.d + off : ~0u;
     }
 #pragma unroll
