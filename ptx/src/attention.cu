@@ -372,7 +372,7 @@ DECODE_ROPE_ENTRY_R(128, _long_sw, 16, true)
 // CTA's footprint decides which neighbouring CTAs start beside it, session 35). d128: 183 + 48
 // = 230 registers against 225 (both allocate 232; the default); the others (FIXEDGRAPH_ATTN_SWAP=3)
 // long 241 against 234, d96 203 against 203, d64 179 against 177.
-// FG_SWP128_PAD: an A/B build's own count (its body at another footprint, padded back to 230)
+// FG_SWP128_PAD: an A/B build's own count (its body at another footprint, padded back to ~230)
 #ifndef FG_SWP128_PAD
 #define FG_SWP128_PAD 48
 #endif

@@ -147,6 +147,18 @@ struct TileLoad {
     static_assert(kDecTileKeys * CHUNKS % kDecThreads == 0, "tile chunks must divide evenly");
 };
 
+// SUB: chunk cc of the current key's rows (row kl of s_k / s_v) from sub_k / sub_v in shared
+// memory, when given (else the caller stores them before the tile's barrier).
+template <int D>
+__device__ __forceinline__ void copy_sub_chunk(__nv_bfloat16 *s_k, __nv_bfloat16 *s_v, int kl, int cc,
+                                               const __nv_bfloat16 *sub_k, const __nv_bfloat16 *sub_v) {
+    constexpr int LD = D + 8;
+    if (sub_k != nullptr) {
+        *reinterpret_cast<uint4 *>(s_k + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_k + cc * 8);
+        *reinterpret_cast<uint4 *>(s_v + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_v + cc * 8);
+    }
+}
+
 #ifdef FG_KV_SEQ_KEYS
 // FG_KV_SEQ_KEYS (an A/B build: tools/build_ptx.py attention -D FG_KV_SEQ_KEYS): load_kv_tile
 // with each thread's chunk column cc on N consecutive keys of the tile instead of keys 8 apart,
@@ -156,9 +168,9 @@ struct TileLoad {
 // branches, each waiting on its shared load before the next (~210 of the refill's ~300
 // instructions come before its first copy; ~40 here); ncu put ~30% of the 4k attention's stall
 // samples in the two copy-issue phases. On the H100: the 4k launch alone -6.1%, Qwen3-0.6B at
-// 4176 keys -1.0% a token (BENCHMARKS session 47). Warp coverage is the same (two keys' rows of 256 bytes an instruction
-// at d128), and so are the shared rows written. Head dims whose chunk count divides the block
-// (64, 128) only.
+// 4176 keys -1.0% a token (BENCHMARKS session 47). Warp coverage is the same (two keys' rows of
+// 256 bytes an instruction at d128), and so are the shared rows written. Head dims whose chunk
+// count divides the block (64, 128) only.
 template <int D, bool SUB>
 __device__ __forceinline__ void load_kv_seq(
     __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
@@ -179,10 +191,7 @@ __device__ __forceinline__ void load_kv_seq(
     for (int it = 0; it < N; ++it) {
         const int key = key0 + it;
         if (SUB && key == sub_key) {
-            if (sub_k != nullptr) {
-                *reinterpret_cast<uint4 *>(s_k + (kl0 + it) * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_k + cc * 8);
-                *reinterpret_cast<uint4 *>(s_v + (kl0 + it) * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_v + cc * 8);
-            }
+            copy_sub_chunk<D>(s_k, s_v, kl0 + it, cc, sub_k, sub_v);
         } else {
             // keys past kend read nothing (zero-filled); their pointer stays a pool address
             const int n = key < kend ? 16 : 0;
@@ -257,10 +266,7 @@ __device__ __forceinline__ void load_kv_tile(
         const int i = threadIdx.x + it * kDecThreads;
         const int kl = i / CHUNKS, cc = i % CHUNKS;
         if (SUB && kbase + kl == sub_key) {
-            if (sub_k != nullptr) {
-                *reinterpret_cast<uint4 *>(s_k + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_k + cc * 8);
-                *reinterpret_cast<uint4 *>(s_v + kl * LD + cc * 8) = *reinterpret_cast<const uint4 *>(sub_v + cc * 8);
-            }
+            copy_sub_chunk<D>(s_k, s_v, kl, cc, sub_k, sub_v);
             continue;
         }
         const bool ok = tok[it] != ~0u;
