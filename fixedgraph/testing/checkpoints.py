@@ -84,6 +84,11 @@ CONFIGS: dict[str, tuple[str, dict]] = {
         vocab_size=151936, hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
         num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1e6,
         tie_word_embeddings=False, use_sliding_window=False)),
+    # head dim 64 with GQA 3 over 5 kv heads (SmolLM2-360M, the base model's config.json)
+    "smollm2-360m": ("LlamaConfig", dict(
+        vocab_size=49152, hidden_size=960, intermediate_size=2560, num_hidden_layers=32, num_attention_heads=15,
+        num_key_value_heads=5, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,
+        tie_word_embeddings=True)),
     "smollm2-1.7b": ("LlamaConfig", dict(
         vocab_size=49152, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,
         num_key_value_heads=32, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=130000.0,
