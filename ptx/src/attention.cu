@@ -369,21 +369,29 @@ DECODE_ROPE_ENTRY_R(96, _sw, 8, true)
 DECODE_ROPE_ENTRY_R(128, _sw, 8, true)
 DECODE_ROPE_ENTRY_R(128, _long_sw, 16, true)
 // _sw holding idle registers up to the plain entry's footprint (ops.attention.choose_swap: a
-// CTA's footprint decides which neighbouring CTAs start beside it, session 35). d128: 183 + 48
-// = 230 registers against 225 (both allocate 232; the default); the others (FIXEDGRAPH_ATTN_SWAP=3)
-// long 241 against 234, d96 203 against 203, d64 179 against 177.
-// FG_SWP128_PAD: an A/B build's own count (its body at another footprint, padded back to ~230)
+// CTA's footprint decides which neighbouring CTAs start beside it, session 35; then d128 was 183
+// + 48 = 230 registers against 225). Since load_kv_seq (session 48) d128 is 151 + 48 = 199 against
+// 189; padding to 231 (FG_SWP128_PAD=80) measured the same (H100: the 4k-32k kernels within 0.2-0.9%,
+// Qwen3-0.6B / 8B a token within 0.1%). The others (FIXEDGRAPH_ATTN_SWAP=3): long 231 against 189,
+// d96 203 against 203, d64 163 against 163.
+// FG_SWP128_PAD: an A/B build's own count
 #ifndef FG_SWP128_PAD
 #define FG_SWP128_PAD 48
 #endif
 DECODE_ROPE_ENTRY_P(128, _swp, 8, true, FG_SWP128_PAD, -1)
 DECODE_ROPE_ENTRY_P(128, _long_swp, 16, true, 56, 2)
 DECODE_ROPE_ENTRY_P(96, _swp, 8, true, 24, 2)
-DECODE_ROPE_ENTRY_P(64, _swp, 8, true, 16, 2)
+#ifndef FG_SWP64_PAD
+#define FG_SWP64_PAD 16
+#endif
+DECODE_ROPE_ENTRY_P(64, _swp, 8, true, FG_SWP64_PAD, 2)
 // The entries with their tiles shared out at run time (decode_tc's STEAL; ops.attention.steal_mode:
 // a split whose CTA starts late takes fewer tiles); heads on N, no idle registers. _long_st is
 // the default from 24 splits at d128; _st (8 partials a merge round) is FIXEDGRAPH_ATTN_STEAL=2's.
-DECODE_ROPE_ENTRY_X(128, _long_st, 16, true, 0, -1, true)
+#ifndef FG_LONG_ST_PAD
+#define FG_LONG_ST_PAD 0
+#endif
+DECODE_ROPE_ENTRY_X(128, _long_st, 16, true, FG_LONG_ST_PAD, -1, true)
 DECODE_ROPE_ENTRY_X(64, _st, 8, true, 0, -1, true)
 DECODE_ROPE_ENTRY_X(96, _st, 8, true, 0, -1, true)
 DECODE_ROPE_ENTRY_X(128, _st, 8, true, 0, -1, true)

@@ -159,18 +159,15 @@ __device__ __forceinline__ void copy_sub_chunk(__nv_bfloat16 *s_k, __nv_bfloat16
     }
 }
 
-#ifdef FG_KV_SEQ_KEYS
-// FG_KV_SEQ_KEYS (an A/B build: tools/build_ptx.py attention -D FG_KV_SEQ_KEYS): load_kv_tile
-// with each thread's chunk column cc on N consecutive keys of the tile instead of keys 8 apart,
-// so that one block-table lookup (divmod + shared load) serves all N keys while they stay in one
-// block (block sizes that are multiples of N: every block after the first needs none) instead of
-// N lookups a tile. Session 47's SASS of the plain d128 refill: the N lookups compile to N
-// branches, each waiting on its shared load before the next (~210 of the refill's ~300
-// instructions come before its first copy; ~40 here); ncu put ~30% of the 4k attention's stall
-// samples in the two copy-issue phases. On the H100: the 4k launch alone -6.1%, Qwen3-0.6B at
-// 4176 keys -1.0% a token (BENCHMARKS session 47). Warp coverage is the same (two keys' rows of
-// 256 bytes an instruction at d128), and so are the shared rows written. Head dims whose chunk
-// count divides the block (64, 128) only.
+// load_kv_tile's mapping where a head's chunk count divides the CTA (head dims 64, 128): each
+// thread's chunk column cc runs over N consecutive keys of the tile (8 at d128, 4 at d64), so one
+// block-table lookup (divmod + shared load) serves those keys while they stay in one block, and
+// the next key's address is a pointer step. Session 47's SASS of the earlier mapping (keys 8
+// apart, a lookup each): the N lookups compiled to N branches, each waiting on its shared load
+// before the next, ~210 of the refill's ~300 instructions before its first copy (~40 here);
+// ncu put ~30% of the 4k attention's stall samples in the copy-issue phases. On the H100 the 4k
+// launch alone went 12.05 -> 11.31 us (-6.1%; BENCHMARKS sessions 47-48). Warp coverage is the
+// same (two keys' 256-byte rows an instruction at d128), and so are the shared rows written.
 template <int D, bool SUB>
 __device__ __forceinline__ void load_kv_seq(
     __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
@@ -215,7 +212,6 @@ __device__ __forceinline__ void load_kv_seq(
     }
     cp_async_commit();
 }
-#endif
 
 // Issue one tile's cp.async (keys [kbase, kbase + 64) of kv head kvh) into s_k/s_v and commit.
 // Keys at or past kend are zero-filled and read nothing: garbage or NaN in unwritten pool
@@ -232,13 +228,12 @@ __device__ __forceinline__ void load_kv_tile(
     const __nv_bfloat16 *__restrict__ v_pool, const int *s_bt, int win0, int kbase, int kend,
     const DivBy &bs, size_t tok_stride, unsigned kvh, int sub_key = -1,
     const __nv_bfloat16 *sub_k = nullptr, const __nv_bfloat16 *sub_v = nullptr) {
-#ifdef FG_KV_SEQ_KEYS
-    if constexpr (kDecThreads % (D / 8) == 0) {
+    if constexpr (kDecThreads % (D / 8) == 0) {  // d64, d128: consecutive keys (load_kv_seq)
         load_kv_seq<D, SUB>(s_k, s_v, k_pool, v_pool, s_bt, win0, kbase, kend, bs, tok_stride, kvh, sub_key,
                             sub_k, sub_v);
         return;
     }
-#endif
+    // d96 (12 chunks a key): keys 8 apart, a lookup each
     constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = D + 8;
     unsigned tok[N];  // pool token index of each chunk's key; ~0u: past kend
 #pragma unroll
