@@ -381,6 +381,10 @@ DECODE_ROPE_ENTRY_R(128, _long_sw, 16, true)
 DECODE_ROPE_ENTRY_P(128, _swp, 8, true, FG_SWP128_PAD, -1)
 DECODE_ROPE_ENTRY_P(128, _long_swp, 16, true, 56, 2)
 DECODE_ROPE_ENTRY_P(96, _swp, 8, true, 24, 2)
+// FG_SWP64_PAD, FG_LONG_ST_PAD: A/B builds' counts. Session 48: _swp_d64 at 163 registers (three
+// CTAs an SM alone) against 179 (FG_SWP64_PAD=32, two, its footprint before load_kv_seq):
+// Llama-3.2-1B +0.5% a token at 128 + 256 and +0.3% at 8192 + 64 with the pad, so no pad back.
+// FG_LONG_ST_PAD=24 puts _long_st back at 194 (170 since load_kv_seq): not yet measured.
 #ifndef FG_SWP64_PAD
 #define FG_SWP64_PAD 16
 #endif
