@@ -166,7 +166,7 @@ __device__ __forceinline__ void copy_sub_chunk(__nv_bfloat16 *s_k, __nv_bfloat16
 // apart, a lookup each): the N lookups compiled to N branches, each waiting on its shared load
 // before the next, ~210 of the refill's ~300 instructions before its first copy (~40 here);
 // ncu put ~30% of the 4k attention's stall samples in the copy-issue phases. On the H100 the 4k
-// launch alone went 12.05 -> 11.31 us (-6.1%; BENCHMARKS sessions 47-48). Warp coverage is the
+// launch alone took 6.1% / 6.0% less time (BENCHMARKS sessions 47 / 48). Warp coverage is the
 // same (two keys' 256-byte rows an instruction at d128), and so are the shared rows written.
 template <int D, bool SUB>
 __device__ __forceinline__ void load_kv_seq(
