@@ -186,7 +186,8 @@ def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8,
                                    Ref("len"), scratch, rows, nblocks, bs, Hq, Hkv, D, D ** -0.5, S, swap=swap,
                                    steal=steal)
     kernel = (("attention_decode" if rows == 1 else f"attn_rows{rows}_hkv{Hkv}") + ("" if shuffle else "_seqbt")
-              + ("_sw" if swap else "") + ("_st" if steal else "") + ("_l2" if l2_resident else ""))
+              + ("_sw" if swap else "") + ("_st" if steal else "") + ("_l2" if l2_resident else "")
+              + ("" if D == 128 else f"_d{D}"))
     return {"kernel": kernel, "shape": f"ctx {ctx} S {S}", "bytes": kv_bytes,
             **time_program(dev, prog, arena, launches, smoke)}
 
@@ -629,6 +630,8 @@ def main() -> int:
                     help="attention contexts (e.g. one, under ncu)")
     ap.add_argument("--attn-hq", type=int, default=32,
                     help="attention query heads over 8 kv heads (32: 8B-class GQA 4; 16: Qwen3-0.6B's GQA 2)")
+    ap.add_argument("--attn-d", type=int, default=128, choices=attention.DECODE_HEAD_DIMS,
+                    help="attention head dim (128: Qwen3 / Llama-3-8B; 64: Llama-3.2-1B; 96: Phi-3-class)")
     ap.add_argument("--attn-swap", action="store_true",
                     help="also time the heads-on-N (_sw) attention entry, from DRAM and from L2")
     ap.add_argument("--attn-steal", action="store_true",
@@ -719,18 +722,18 @@ def main() -> int:
                     r["model"] = model
                     rows.append(r)
     for ctx in (args.ctx if not only or "attention" in only else ()):
-        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq))
+        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d))
         # layout probe: same bytes and CTAs, each CTA's K/V of a block one contiguous run
-        rows.append(bench_attention(dev, ctx, False, rng, Hq=4, Hkv=1, rows=8))
+        rows.append(bench_attention(dev, ctx, False, rng, Hq=4, Hkv=1, rows=8, D=args.attn_d))
         # block-table probe: the blocks in pool order instead of shuffled
-        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, shuffle=False))
+        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, shuffle=False))
         # L2 probe: the same launches over one copy of the K/V, in L2 while it fits (up to ~8k keys)
-        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, l2_resident=True))
+        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, l2_resident=True))
         if args.attn_swap:
-            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, swap=True))
-            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, swap=True, l2_resident=True))
+            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, swap=True))
+            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, swap=True, l2_resident=True))
         if args.attn_steal:
-            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, steal=True))
+            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, steal=True))
     print(f"copy bandwidth {copy:.0f} GB/s")
     for r in rows:
         r["GBps"] = r["bytes"] / (r["us"] * 1e3)
