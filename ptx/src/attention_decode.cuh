@@ -159,41 +159,64 @@ __device__ __forceinline__ void copy_sub_chunk(__nv_bfloat16 *s_k, __nv_bfloat16
     }
 }
 
-// load_kv_tile's mapping where a head's chunk count divides the CTA (head dims 64, 128): each
-// thread's chunk column cc runs over N consecutive keys of the tile (8 at d128, 4 at d64), so one
-// block-table lookup (divmod + shared load) serves those keys while they stay in one block, and
-// the next key's address is a pointer step. Session 47's SASS of the earlier mapping (keys 8
-// apart, a lookup each): the N lookups compiled to N branches, each waiting on its shared load
-// before the next, ~210 of the refill's ~300 instructions before its first copy (~40 here);
-// ncu put ~30% of the 4k attention's stall samples in the copy-issue phases. On the H100 the 4k
-// launch alone took 6.1% / 6.0% less time (BENCHMARKS sessions 47 / 48). Warp coverage is the
-// same (two keys' 256-byte rows an instruction at d128), and so are the shared rows written.
-template <int D, bool SUB>
+// load_kv_tile's mapping at head dims 64 and 128 (and d96 in A/B builds): P threads share a
+// chunk column group and run over N consecutive keys of the tile (P = D / 8, one chunk a thread:
+// N = 8 at d128, 4 at d64), so one block-table lookup (divmod + shared load) serves those keys
+// while they stay in one block, and the next key's address is a pointer step. Session 47's SASS
+// of the earlier mapping (keys 8 apart, a lookup each): the N lookups compiled to N branches,
+// each waiting on its shared load before the next, ~210 of the refill's ~300 instructions before
+// its first copy (~40 here); ncu put ~30% of the 4k attention's stall samples in the copy-issue
+// phases. On the H100 the 4k launch alone took 6.1% / 6.0% less time (BENCHMARKS sessions 47 /
+// 48). Warp coverage at d128: two keys' whole 256-byte rows an instruction, as before.
+// P < D / 8: CHUNKS / P chunks a thread (chunks cc, cc + P, ...); P > D / 8: lanes past the
+// head's chunks copy nothing (d96 at P = 16: 12 of 16 lanes, two whole 192-byte rows a warp
+// instruction as at d128).
+// FG_KV96_P: d96's mapping (12 chunks a key). 0, the default: keys 8 apart, a lookup each (a
+// warp instruction covers 512 contiguous bytes of 2.7 keys). Session 49 (H100, the plain entry
+// alone, GQA 2, against 0): P = 4 (3 chunks, 2 keys a thread; 8 keys' 64-byte pieces an
+// instruction) −4.4% / −5.4% at 4k / 8k keys (one CTA an SM: latency-bound) but +9.0% / +8.7% at
+// 16k / 32k (two an SM: bandwidth-bound); P = 2 (6 chunks, one key) +26% / +28% there. Pieces
+// of rows per instruction cost DRAM efficiency; P = 16 (whole rows, idle lanes) is built, not
+// yet measured.
+#ifndef FG_KV96_P
+#define FG_KV96_P 0
+#endif
+template <int D, bool SUB, int P = D / 8>
 __device__ __forceinline__ void load_kv_seq(
     __nv_bfloat16 *s_k, __nv_bfloat16 *s_v, const __nv_bfloat16 *__restrict__ k_pool,
     const __nv_bfloat16 *__restrict__ v_pool, const int *s_bt, int win0, int kbase, int kend,
     const DivBy &bs, size_t tok_stride, unsigned kvh, int sub_key,
     const __nv_bfloat16 *sub_k, const __nv_bfloat16 *sub_v) {
-    constexpr int CHUNKS = D / 8, GROUPS = kDecThreads / CHUNKS, N = kDecTileKeys / GROUPS, LD = D + 8;
-    static_assert(kDecThreads % CHUNKS == 0 && kDecTileKeys % GROUPS == 0, "load_kv_seq: uneven columns");
-    const int cc = (int)threadIdx.x % CHUNKS, kl0 = (int)threadIdx.x / CHUNKS * N;  // rows kl0 .. kl0 + N - 1
+    constexpr int CHUNKS = D / 8, CPT = P < CHUNKS ? CHUNKS / P : 1, GROUPS = kDecThreads / P,
+                  N = kDecTileKeys / GROUPS, LD = D + 8;
+    static_assert((P < CHUNKS ? CHUNKS % P : P % 8) == 0 && kDecThreads % P == 0 && kDecTileKeys % GROUPS == 0,
+                  "load_kv_seq: uneven columns");
+    const int cc = (int)threadIdx.x % P, kl0 = (int)threadIdx.x / P * N;  // chunks cc + j P, rows kl0 .. + N - 1
+    if (P > CHUNKS && cc >= CHUNKS) {  // a group's lanes past the head's chunks copy nothing
+        cp_async_commit();
+        return;
+    }
     const int key0 = kbase + kl0;
     unsigned off;  // the current key's offset in its block (keys past kend: kend - 1's)
     int b = (int)divmod(bs, (unsigned)min(key0, kend - 1), off);
     const size_t col = (size_t)kvh * D + cc * 8;
     size_t o = (size_t)((unsigned)s_bt[b - win0] * bs.d + off) * tok_stride + col;
-    const __nv_bfloat16 *kp = k_pool + o, *vp = v_pool + o;  // the current key's chunk
+    const __nv_bfloat16 *kp = k_pool + o, *vp = v_pool + o;  // the current key's first chunk
     const uint32_t sk = smem_addr(s_k + kl0 * LD + cc * 8), sv = smem_addr(s_v + kl0 * LD + cc * 8);
 #pragma unroll
     for (int it = 0; it < N; ++it) {
         const int key = key0 + it;
         if (SUB && key == sub_key) {
-            copy_sub_chunk<D>(s_k, s_v, kl0 + it, cc, sub_k, sub_v);
+#pragma unroll
+            for (int j = 0; j < CPT; ++j) copy_sub_chunk<D>(s_k, s_v, kl0 + it, cc + j * P, sub_k, sub_v);
         } else {
             // keys past kend read nothing (zero-filled); their pointer stays a pool address
             const int n = key < kend ? 16 : 0;
-            cp_async16(sk + it * LD * 2, kp, n);
-            cp_async16(sv + it * LD * 2, vp, n);
+#pragma unroll
+            for (int j = 0; j < CPT; ++j) {
+                cp_async16(sk + it * LD * 2 + j * P * 16, kp + j * P * 8, n);
+                cp_async16(sv + it * LD * 2 + j * P * 16, vp + j * P * 8, n);
+            }
         }
         if (it + 1 < N) {
             if (++off == bs.d) {  // the next key starts the next block
@@ -233,7 +256,14 @@ __device__ __forceinline__ void load_kv_tile(
                             sub_k, sub_v);
         return;
     }
-    // d96 (12 chunks a key): keys 8 apart, a lookup each
+#if FG_KV96_P > 0
+    if constexpr (D == 96) {  // 12 chunks a key: FG_KV96_P threads a key group (see load_kv_seq)
+        load_kv_seq<D, SUB, FG_KV96_P>(s_k, s_v, k_pool, v_pool, s_bt, win0, kbase, kend, bs, tok_stride, kvh,
+                                       sub_key, sub_k, sub_v);
+        return;
+    }
+#endif
+    // d96 (FG_KV96_P=0, the default): keys 8 apart, a lookup each
     constexpr int CHUNKS = TileLoad<D>::CHUNKS, N = TileLoad<D>::PER_THREAD, LD = D + 8;
     unsigned tok[N];  // pool token index of each chunk's key; ~0u: past kend
 #pragma unroll
