@@ -175,9 +175,10 @@ __device__ __forceinline__ void copy_sub_chunk(__nv_bfloat16 *s_k, __nv_bfloat16
 // warp instruction covers 512 contiguous bytes of 2.7 keys). Session 49 (H100, the plain entry
 // alone, GQA 2, against 0): P = 4 (3 chunks, 2 keys a thread; 8 keys' 64-byte pieces an
 // instruction) −4.4% / −5.4% at 4k / 8k keys (one CTA an SM: latency-bound) but +9.0% / +8.7% at
-// 16k / 32k (two an SM: bandwidth-bound); P = 2 (6 chunks, one key) +26% / +28% there. Pieces
-// of rows per instruction cost DRAM efficiency; P = 16 (whole rows, idle lanes) is built, not
-// yet measured.
+// 16k / 32k (two an SM: bandwidth-bound); P = 2 (6 chunks, one key) +26% / +28% there; P = 16
+// (8 keys a thread, whole rows an instruction, a quarter of the lanes idle; 20 d96 GPU tests
+// pass) −6.0% / −7.0% at 4k / 8k and +3.5% / +3.2% at 16k / 32k. So consecutive keys pay where
+// a launch is one CTA an SM and cost where it is two: a per-plan choice is left to do.
 #ifndef FG_KV96_P
 #define FG_KV96_P 0
 #endif
