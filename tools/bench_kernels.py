@@ -631,7 +631,7 @@ def main() -> int:
     ap.add_argument("--attn-hq", type=int, default=32,
                     help="attention query heads over 8 kv heads (32: 8B-class GQA 4; 16: Qwen3-0.6B's GQA 2)")
     ap.add_argument("--attn-d", type=int, default=128, choices=attention.DECODE_HEAD_DIMS,
-                    help="attention head dim (128: Qwen3 / Llama-3-8B; 64: Llama-3.2-1B; 96: Phi-3-class)")
+                    help="attention head dim (128: Qwen3 / Llama-3-8B; 64: Llama-3.2-1B; 96: the d96 entries)")
     ap.add_argument("--attn-swap", action="store_true",
                     help="also time the heads-on-N (_sw) attention entry, from DRAM and from L2")
     ap.add_argument("--attn-steal", action="store_true",
@@ -721,19 +721,20 @@ def main() -> int:
                 for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K, kind)):
                     r["model"] = model
                     rows.append(r)
+    heads = dict(Hq=args.attn_hq, D=args.attn_d)  # the GQA group and head dim every attention row times
     for ctx in (args.ctx if not only or "attention" in only else ()):
-        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d))
+        rows.append(bench_attention(dev, ctx, False, rng, **heads))
         # layout probe: same bytes and CTAs, each CTA's K/V of a block one contiguous run
         rows.append(bench_attention(dev, ctx, False, rng, Hq=4, Hkv=1, rows=8, D=args.attn_d))
         # block-table probe: the blocks in pool order instead of shuffled
-        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, shuffle=False))
+        rows.append(bench_attention(dev, ctx, False, rng, **heads, shuffle=False))
         # L2 probe: the same launches over one copy of the K/V, in L2 while it fits (up to ~8k keys)
-        rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, l2_resident=True))
+        rows.append(bench_attention(dev, ctx, False, rng, **heads, l2_resident=True))
         if args.attn_swap:
-            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, swap=True))
-            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, swap=True, l2_resident=True))
+            rows.append(bench_attention(dev, ctx, False, rng, **heads, swap=True))
+            rows.append(bench_attention(dev, ctx, False, rng, **heads, swap=True, l2_resident=True))
         if args.attn_steal:
-            rows.append(bench_attention(dev, ctx, False, rng, Hq=args.attn_hq, D=args.attn_d, steal=True))
+            rows.append(bench_attention(dev, ctx, False, rng, **heads, steal=True))
     print(f"copy bandwidth {copy:.0f} GB/s")
     for r in rows:
         r["GBps"] = r["bytes"] / (r["us"] * 1e3)

@@ -190,7 +190,7 @@ __device__ __forceinline__ void load_kv_seq(
     const __nv_bfloat16 *sub_k, const __nv_bfloat16 *sub_v) {
     constexpr int CHUNKS = D / 8, CPT = P < CHUNKS ? CHUNKS / P : 1, GROUPS = kDecThreads / P,
                   N = kDecTileKeys / GROUPS, LD = D + 8;
-    static_assert((P < CHUNKS ? CHUNKS % P : P % 8) == 0 && kDecThreads % P == 0 && kDecTileKeys % GROUPS == 0,
+    static_assert((P >= CHUNKS || CHUNKS % P == 0) && kDecThreads % P == 0 && kDecTileKeys % GROUPS == 0,
                   "load_kv_seq: uneven columns");
     const int cc = (int)threadIdx.x % P, kl0 = (int)threadIdx.x / P * N;  // chunks cc + j P, rows kl0 .. + N - 1
     if (P > CHUNKS && cc >= CHUNKS) {  // a group's lanes past the head's chunks copy nothing

@@ -12,8 +12,7 @@ from fixedgraph.ops import gemv  # noqa: E402
 from fixedgraph.testing.checkpoints import hf_config  # noqa: E402
 
 MODELS = ["qwen3-0.6b", "qwen3-8b", "llama3-8b", "qwen2.5-0.5b", "qwen2.5-7b", "llama3.2-1b", "llama3.2-3b",
-          "mistral-7b", "qwen3-4b", "qwen3-14b", "smollm2-1.7b",
-          "smollm2-360m"]
+          "mistral-7b", "qwen3-4b", "qwen3-14b", "smollm2-1.7b", "smollm2-360m"]
 
 
 @pytest.mark.parametrize("name", MODELS)
