@@ -67,59 +67,14 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // another tag leaves the existing entries' code as it was.
 // RESET (the STEAL bodies): the last arriver also stores 0 to *reset, the (row, kv head) tile
 // counter every CTA of the group has stopped taking tiles from before it arrived.
-// Partials j = 0 .. n-1 of one (head, float4 column) folded into (M, L, acc), acc and L relative
-// to M: R splits' loads in flight a round. mlp / op point at the first split's (m, l) and column;
-// a split's column lies D/4 float4s after the previous one's.
-template <int D, int R>
-__device__ __forceinline__ void merge_splits(const float2 *mlp, const float4 *op, int n, float &M, float &L,
-                                             float4 &acc) {
-    constexpr int C4 = D / 4;
-    for (int s0 = 0; s0 < n; s0 += R, mlp += R, op += R * C4) {  // R splits' loads in flight
-        // Past the last split the loads repeat it (its m leaves the max as it is) and the
-        // weight below is 0: no predicated copies of the loads (this code runs cold). The
-        // pointers step per round, so split j of a round is a small offset from them.
-        const int last = n - 1 - s0;
-        float2 ml[R];
-        float4 ov[R];
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-            const int sj = min(j, last);
-            ml[j] = __ldcg(mlp + sj);
-            ov[j] = __ldcg(op + sj * C4);
-        }
-        float mx = M;
-#pragma unroll
-        for (int j = 0; j < R; ++j) mx = fmaxf(mx, ml[j].x);
-        const float mu = mx == -INFINITY ? 0.f : mx;
-        const float c = __expf(M - mu);  // M = -inf (first step): 0, and L, acc are 0
-        L *= c;
-        acc.x *= c; acc.y *= c; acc.z *= c; acc.w *= c;
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-            const float w = s0 + j < n ? ml[j].y * __expf(ml[j].x - mu) : 0.f;
-            L += w;
-            acc.x = fmaf(w, ov[j].x, acc.x);
-            acc.y = fmaf(w, ov[j].y, acc.y);
-            acc.z = fmaf(w, ov[j].z, acc.z);
-            acc.w = fmaf(w, ov[j].w, acc.w);
-        }
-        M = mx;
-    }
-}
-
-// PARTS (decode_tc's FG_MERGE_PARTS): when a group's G * D/4 columns leave threads idle
-// (G * D/4 < kDecThreads, e.g. G = 2 at d128) and there are more than R splits, the CTA's threads
-// cut the splits into T = kDecThreads / (G * D/4) ranges (fewer rounds of R each), and the
-// ranges' (M, L, acc) are combined in order through shared memory (scratch: 6 floats a thread,
-// free once the CTA's own partials are stored).
-template <int D, int R = 8, int TAG = 0, bool RESET = false, bool PARTS = false>
+template <int D, int R = 8, int TAG = 0, bool RESET = false>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
     const float *o_part,              // [rows, Hq, S, D] f32 (written by other CTAs: no __restrict__)
     const float *ml_part,             // [rows, Hq, S, 2] f32: (max score in ln units, sum exp)
     unsigned *counters,               // [rows, Hkv] u32, 0 at rest
     unsigned row, unsigned kvh, unsigned Hq, unsigned Hkv, unsigned S, int used,
-    unsigned *reset = nullptr, float *scratch = nullptr) {
+    unsigned *reset = nullptr) {
     __shared__ unsigned s_last;
     __syncthreads();  // every thread's partial stores precede thread 0's release below
     if (threadIdx.x == 0) {
@@ -137,58 +92,44 @@ __device__ __forceinline__ void arrive_and_merge(
 
     constexpr int C4 = D / 4;  // float4 columns of a head
     const unsigned G = Hq / Hkv;
-    if constexpr (PARTS) {
-        const unsigned items = G * C4;
-        const unsigned T = items < kDecThreads && used > R ? min(kDecThreads / items, (unsigned)used) : 1u;
-        if (T > 1) {  // CTA-uniform
-            const unsigned t = threadIdx.x / items, i = threadIdx.x % items, g = i / C4, c4 = i % C4;
-            const int per = (used + (int)T - 1) / (int)T, b = (int)t * per, n = min(used, b + per) - b;
-            float M = -INFINITY, L = 0.f;
-            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (t < T && n > 0) {
-                const size_t pi = ((size_t)row * Hq + kvh * G + g) * S + b;  // partial index of split b
-                merge_splits<D, R>(reinterpret_cast<const float2 *>(ml_part) + pi,
-                                   reinterpret_cast<const float4 *>(o_part + pi * D) + c4, n, M, L, acc);
-            }
-            float4 *s_acc = reinterpret_cast<float4 *>(scratch);
-            float2 *s_ml = reinterpret_cast<float2 *>(scratch + 4 * kDecThreads);
-            if (t > 0 && t < T) {
-                s_acc[threadIdx.x] = acc;
-                s_ml[threadIdx.x] = make_float2(M, L);
-            }
-            __syncthreads();
-            if (t == 0) {  // the ranges in order: the same sums at every launch
-                for (unsigned u = 1; u < T; ++u) {
-                    const float2 ml = s_ml[u * items + i];
-                    const float4 a = s_acc[u * items + i];
-                    const float mx = fmaxf(M, ml.x);
-                    const float mu = mx == -INFINITY ? 0.f : mx;
-                    const float c0 = __expf(M - mu), c1 = __expf(ml.x - mu);  // an empty range: 0
-                    L = L * c0 + ml.y * c1;
-                    acc.x = acc.x * c0 + a.x * c1;
-                    acc.y = acc.y * c0 + a.y * c1;
-                    acc.z = acc.z * c0 + a.z * c1;
-                    acc.w = acc.w * c0 + a.w * c1;
-                    M = mx;
-                }
-                const float inv = L > 0.f ? 1.f / L : 0.f;
-                uint2 packed;
-                packed.x = pack_bf16x2(acc.x * inv, acc.y * inv);
-                packed.y = pack_bf16x2(acc.z * inv, acc.w * inv);
-                *reinterpret_cast<uint2 *>(out + ((size_t)row * Hq + kvh * G + g) * D + c4 * 4) = packed;
-            }
-            FG_TRACE_MARK(6);  // merged (thread 0's share; the last arriver only)
-            __syncthreads();  // NOTE: scratch aliases the next work item's tiles
-            return;
-        }
-    }
     for (unsigned i = threadIdx.x; i < G * C4; i += kDecThreads) {
         const unsigned g = i / C4, c4 = i % C4;
         const size_t pi = ((size_t)row * Hq + kvh * G + g) * S;  // partial index of split 0
+        const float2 *mlp = reinterpret_cast<const float2 *>(ml_part) + pi;
+        const float4 *op = reinterpret_cast<const float4 *>(o_part + pi * D) + c4;
         float M = -INFINITY, L = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        merge_splits<D, R>(reinterpret_cast<const float2 *>(ml_part) + pi,
-                           reinterpret_cast<const float4 *>(o_part + pi * D) + c4, used, M, L, acc);
+        for (int s0 = 0; s0 < used; s0 += R, mlp += R, op += R * C4) {  // R splits' loads in flight
+            // Past the last split the loads repeat it (its m leaves the max as it is) and the
+            // weight below is 0: no predicated copies of the loads (this code runs cold). The
+            // pointers step per round, so split j of a round is a small offset from them.
+            const int last = used - 1 - s0;
+            float2 ml[R];
+            float4 ov[R];
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                const int sj = min(j, last);
+                ml[j] = __ldcg(mlp + sj);
+                ov[j] = __ldcg(op + sj * C4);
+            }
+            float mx = M;
+#pragma unroll
+            for (int j = 0; j < R; ++j) mx = fmaxf(mx, ml[j].x);
+            const float mu = mx == -INFINITY ? 0.f : mx;
+            const float c = __expf(M - mu);  // M = -inf (first step): 0, and L, acc are 0
+            L *= c;
+            acc.x *= c; acc.y *= c; acc.z *= c; acc.w *= c;
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                const float w = s0 + j < used ? ml[j].y * __expf(ml[j].x - mu) : 0.f;
+                L += w;
+                acc.x = fmaf(w, ov[j].x, acc.x);
+                acc.y = fmaf(w, ov[j].y, acc.y);
+                acc.z = fmaf(w, ov[j].z, acc.z);
+                acc.w = fmaf(w, ov[j].w, acc.w);
+            }
+            M = mx;
+        }
         const float inv = L > 0.f ? 1.f / L : 0.f;
         uint2 packed;
         packed.x = pack_bf16x2(acc.x * inv, acc.y * inv);
@@ -604,12 +545,6 @@ __device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, floa
 // MTAG >= 0: arrive_and_merge's TAG (default SWAP ? 1 : 0). An entry sharing another's merge
 // instantiation turns that instantiation's static shared variable from a per-entry (demoted)
 // one into a module one, which changes the other entry's SASS; new entries take a tag of their own.
-// FG_MERGE_PARTS (an A/B build): 1, the entries merging 16 partials a round (24+ splits) cut a
-// merge of more than 16 splits into ranges when a group's columns leave threads idle
-// (arrive_and_merge's PARTS); 2, every entry (more than 8 splits); 0, none.
-#ifndef FG_MERGE_PARTS
-#define FG_MERGE_PARTS 0
-#endif
 template <int D, bool ROPE = false, int MERGE_R = 8, bool SWAP = false, int PAD = 0, int MTAG = -1,
           bool STEAL = false>
 __device__ __forceinline__ void decode_tc(
@@ -631,7 +566,6 @@ __device__ __forceinline__ void decode_tc(
     constexpr int C4 = D / 4;
     static_assert(D % 16 == 0 && NT % 2 == 0, "decode_tc head dim must be a multiple of 16");
     static_assert(4 * 16 * SO * 4 <= decode_tc_smem(D), "s_o must fit in the tile buffers");
-    static_assert(6 * kDecThreads * 4 <= decode_tc_smem(D), "the merge's scratch must fit in the tile buffers");
     constexpr unsigned PASS = SWAP ? 8u : (unsigned)kDecMaxHeads;  // query heads a pass
     constexpr int MT = D / 16;  // SWAP: dim m-tiles of O^T
 
@@ -972,10 +906,8 @@ __device__ __forceinline__ void decode_tc(
             FG_TRACE_MARK(4);  // the pass's output (or partials) stored
         }
         if (sr.used >= 2)
-            arrive_and_merge<D, MERGE_R, MTAG >= 0 ? MTAG : SWAP ? 1 : 0, STEAL,
-                             (FG_MERGE_PARTS == 2 || (FG_MERGE_PARTS == 1 && MERGE_R > 8))>(
-                out, o_part, ml_part, counters, row, kvh, Hq, Hkv, S, sr.used, tile_ctr,
-                reinterpret_cast<float *>(dec_smem));
+            arrive_and_merge<D, MERGE_R, MTAG >= 0 ? MTAG : SWAP ? 1 : 0, STEAL>(out, o_part, ml_part, counters, row,
+                                                                             kvh, Hq, Hkv, S, sr.used, tile_ctr);
     }
     if (!waited) FG_PDL_WAIT();  // a CTA with only empty splits: completion stays transitive
     if constexpr (PAD > 0) {  // the idle registers' only use; never true for a launch (Hq >= 1)
