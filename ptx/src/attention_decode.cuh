@@ -67,6 +67,22 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // another tag leaves the existing entries' code as it was.
 // RESET (the STEAL bodies): the last arriver also stores 0 to *reset, the (row, kv head) tile
 // counter every CTA of the group has stopped taking tiles from before it arrived.
+// NOTE (session 50, H100, same call): cutting a merge of more than R splits into ranges over the
+// threads a small group leaves idle (G * D/4 < kDecThreads: two ranges at G = 2, d128), combined
+// through shared memory, saved 0.1-0.15 us a launch alone at 8k-32k keys but cost +3.4% a token on
+// Qwen3-0.6B at 4096 keys (every entry) and +3.9% at 8192 (the 16-a-round entries) in the graph:
+// its second copy of the unrolled round grew the entries by 10-13 KB of SASS, and the merge runs
+// cold once a launch on the critical path (~0.1 us a KB here; sessions 15, 22-23). Reverted.
+// FG_MERGE_LEAN (an A/B build, default 0): less merge code. 1: ex2.approx in log2 units for the
+// weights (as the key loop's fast_exp2) instead of __expf's range-checked sequence, and the
+// reciprocal of L by MUFU.RCP (no division slow path): -0.9 KB SASS at R = 8, -1.4 KB at R = 16,
+// registers unchanged. 2: also predicated loads at fixed offsets from the round's pointers (no
+// per-load address arithmetic; a split past the last loads nothing and weighs 0): -1.0 to -1.2 KB
+// at R = 8, -1.5 to -1.9 KB at R = 16 (_long_st 170 -> 158 registers). Same results up to the
+// last bits of the weights (approximate exp2 and reciprocal: ~2 ulp of fp32).
+#ifndef FG_MERGE_LEAN
+#define FG_MERGE_LEAN 0
+#endif
 template <int D, int R = 8, int TAG = 0, bool RESET = false>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
@@ -108,20 +124,39 @@ __device__ __forceinline__ void arrive_and_merge(
             float4 ov[R];
 #pragma unroll
             for (int j = 0; j < R; ++j) {
+#if FG_MERGE_LEAN >= 2  // predicated loads at fixed offsets; a split past the last weighs 0
+                ml[j] = make_float2(-INFINITY, 0.f);
+                ov[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (j <= last) {
+                    ml[j] = __ldcg(mlp + j);
+                    ov[j] = __ldcg(op + j * C4);
+                }
+#else
                 const int sj = min(j, last);
                 ml[j] = __ldcg(mlp + sj);
                 ov[j] = __ldcg(op + sj * C4);
+#endif
             }
             float mx = M;
 #pragma unroll
             for (int j = 0; j < R; ++j) mx = fmaxf(mx, ml[j].x);
             const float mu = mx == -INFINITY ? 0.f : mx;
+#if FG_MERGE_LEAN
+            const float c = fast_exp2((M - mu) * ATTN_LOG2E);  // M = -inf (first step): 0
+#else
             const float c = __expf(M - mu);  // M = -inf (first step): 0, and L, acc are 0
+#endif
             L *= c;
             acc.x *= c; acc.y *= c; acc.z *= c; acc.w *= c;
 #pragma unroll
             for (int j = 0; j < R; ++j) {
+#if FG_MERGE_LEAN >= 2
+                const float w = ml[j].y * fast_exp2((ml[j].x - mu) * ATTN_LOG2E);
+#elif FG_MERGE_LEAN
+                const float w = s0 + j < used ? ml[j].y * fast_exp2((ml[j].x - mu) * ATTN_LOG2E) : 0.f;
+#else
                 const float w = s0 + j < used ? ml[j].y * __expf(ml[j].x - mu) : 0.f;
+#endif
                 L += w;
                 acc.x = fmaf(w, ov[j].x, acc.x);
                 acc.y = fmaf(w, ov[j].y, acc.y);
@@ -130,7 +165,11 @@ __device__ __forceinline__ void arrive_and_merge(
             }
             M = mx;
         }
+#if FG_MERGE_LEAN
+        const float inv = L > 0.f ? __fdividef(1.f, L) : 0.f;  // MUFU.RCP, no slow-path call
+#else
         const float inv = L > 0.f ? 1.f / L : 0.f;
+#endif
         uint2 packed;
         packed.x = pack_bf16x2(acc.x * inv, acc.y * inv);
         packed.y = pack_bf16x2(acc.z * inv, acc.w * inv);
