@@ -37,15 +37,20 @@
 # ncu_NAME_source.csv holds every SourceCounters column per SASS instruction (stage_cp / stage_ld:
 # contiguous 16-byte cp.async / ld.v4 copies, the sector counts' control).
 set -u
-OUT=${OUT:-/tmp/fixedgraph_out}
-mkdir -p "$OUT"
+# The stages write under a work folder; $OUT receives one archive, results.tgz, refreshed after
+# every stage's note, so a call cut at the device's time limit still brings back what finished
+# (the device returns at most 8 files, and a run cut short used to leave them all loose).
+DEST=${OUT:-/tmp/fixedgraph_out}
+mkdir -p "$DEST"
+OUT=$(mktemp -d /tmp/fixedgraph_work.XXXXXX)
+snapshot() { (cd "$OUT" && tar czf "$DEST/.results.tgz.part" . 2>/dev/null && mv -f "$DEST/.results.tgz.part" "$DEST/results.tgz"); }
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 stages=${*:-all}
 want() { [[ " $stages " == *" all "* || " $stages " == *" $1 "* ]]; }
 summary=()
 T0=$(date +%s)
-note() { summary+=("[$(( $(date +%s) - T0 ))s] $1"); echo "== $1"; }
+note() { summary+=("[$(( $(date +%s) - T0 ))s] $1"); echo "== $1"; printf '%s\n' "${summary[@]}" > "$OUT/summary.txt"; snapshot; }
 # one line per bench JSON (tools/bench.py --json): each model's ms/token, TTFT and boot time
 bench_line() {
   python3 -c "import json,sys; print(' '.join(f\"{x['model']} {x['fixedgraph_ms_per_token']:.4f} (ttft {x['fixedgraph_ttft_ms']:.1f} ms, boot {x['boot_s']:.1f} s, host us/step mean {x.get('host_us_per_step', -1):.1f} med {x.get('host_us_per_step_median', -1):.1f} launch {x.get('host_launch_us_median', -1):.1f} cpu {x.get('host_cpu_us_per_step', -1):.1f} probe {x.get('host_probe_ns_median', -1):.0f} ns)\" for x in json.load(open(sys.argv[1]))['models']))" "$1" 2>&1 | tail -1
@@ -285,5 +290,6 @@ echo
 echo "================ summary ================"
 printf '%s\n' "${summary[@]}"
 
-# At most 8 files come back from the GPU machine: pack everything into one archive.
-(cd "$OUT" && tar czf results.tgz --exclude results.tgz * && find . -mindepth 1 ! -name results.tgz -delete)
+# At most 8 files come back from the GPU machine: everything goes back as one archive.
+snapshot
+rm -rf "$OUT"
