@@ -41,7 +41,7 @@ set -u
 # every stage's note, so a call cut at the device's time limit still brings back what finished
 # (the device returns at most 8 files, and a run cut short used to leave them all loose).
 DEST=${OUT:-/tmp/fixedgraph_out}
-mkdir -p "$DEST"
+mkdir -p "$DEST" && DEST=$(cd "$DEST" && pwd)  # absolute: the script cds to the repository next
 OUT=$(mktemp -d /tmp/fixedgraph_work.XXXXXX)
 snapshot() { (cd "$OUT" && tar czf "$DEST/.results.tgz.part" . 2>/dev/null && mv -f "$DEST/.results.tgz.part" "$DEST/results.tgz"); }
 export PYTHONUNBUFFERED=1
