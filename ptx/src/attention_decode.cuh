@@ -70,9 +70,10 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // NOTE (session 50, H100, same call): cutting a merge of more than R splits into ranges over the
 // threads a small group leaves idle (G * D/4 < kDecThreads: two ranges at G = 2, d128), combined
 // through shared memory, saved 0.1-0.15 us a launch alone at 8k-32k keys but cost +3.4% a token on
-// Qwen3-0.6B at 4096 keys (every entry) and +3.9% at 8192 (the 16-a-round entries) in the graph:
-// its second copy of the unrolled round grew the entries by 10-13 KB of SASS, and the merge runs
-// cold once a launch on the critical path (~0.1 us a KB here; sessions 15, 22-23). Reverted.
+// Qwen3-0.6B at 4096 keys (every entry) and +3.9% at 8192 (the 16-a-round entries) in the graph.
+// Reverted. What it ran was about the old merge's size; what grew was the entries' SASS, by
+// 10-13 KB (a second unrolled round), on a path run cold once a launch on the critical path
+// (~0.1 us a KB if that is the cause; sessions 15, 22-23): FG_MERGE_DEAD_KB below tests it.
 // FG_MERGE_LEAN (an A/B build, default 0): less merge code. 1: ex2.approx in log2 units for the
 // weights (as the key loop's fast_exp2) instead of __expf's range-checked sequence, and the
 // reciprocal of L by MUFU.RCP (no division slow path): -0.9 KB SASS at R = 8, -1.4 KB at R = 16,
