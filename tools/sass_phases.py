@@ -10,6 +10,9 @@ whose definition encloses it in its file (a line at column 0 with a parenthesis 
 Why: code run cold after a PDL wait costs ~0.15-0.3 us a KB per launch (BENCHMARKS sessions 15
 and 22), so what matters is which functions' code sits on the post-wait path and how big it is.
 --layout also prints the entry's code in address order as runs of one function (>= 128 bytes).
+The first ACQBULK (griddepcontrol.wait, the PDL wait) is reported with the bytes after it, and
+in the layout as "|| wait ||". -D NAME[=VALUE] builds under a macro, as tools/build_ptx.py -D
+does for an A/B build (e.g. -D FG_MERGE_DEAD_KB=10).
 
 nvdisasm: --nvdisasm PATH, else $NVDISASM, else on PATH, else from the pip wheel
 nvidia-cuda-nvdisasm (`pip install nvidia-cuda-nvdisasm`; it is not a dependency of the project).
@@ -59,6 +62,25 @@ def parse_sass(text: str, entry: str) -> list[tuple[int, str, int]]:
         if m:
             out.append((int(m["addr"], 16), *loc))
     return out
+
+
+_WAIT = re.compile(r"\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+ACQBULK\b")
+
+
+def wait_address(text: str, entry: str) -> int | None:
+    """Address of ``entry``'s first ACQBULK (griddepcontrol.wait) in an nvdisasm listing, or None."""
+    lines = text.splitlines()
+    head = f".text.{entry}:"
+    start = next((i for i, l in enumerate(lines) if l.startswith(head)), None)
+    if start is None:
+        return None
+    for l in lines[start + 1:]:
+        if l.startswith(".text."):
+            break
+        m = _WAIT.match(l)
+        if m:
+            return int(m["addr"], 16)
+    return None
 
 
 def function_index(source: str) -> list[tuple[int, str]]:
@@ -123,6 +145,8 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=15, help="largest source lines to print")
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "nvcc")
     ap.add_argument("--nvdisasm")
+    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                    help="a macro for an A/B build's code (repeatable)")
     args = ap.parse_args()
     cu = build_ptx.SRC / f"{args.module}.cu"
     if not cu.exists():
@@ -131,7 +155,8 @@ def main() -> int:
     flags = ["-cubin" if f == "-ptx" else f for f in build_ptx.FLAGS] + ["-lineinfo"]
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "m.cubin"
-        proc = subprocess.run([args.nvcc, *flags, f"-I{build_ptx.SRC}", str(cu), "-o", str(cubin)],
+        proc = subprocess.run([args.nvcc, *flags, *(f"-D{d}" for d in args.defines), f"-I{build_ptx.SRC}",
+                               str(cu), "-o", str(cubin)],
                               capture_output=True, text=True)
         if proc.returncode:
             raise SystemExit(f"sass_phases: nvcc failed on {cu.relative_to(ROOT)}:\n{proc.stderr}")
@@ -140,6 +165,10 @@ def main() -> int:
     sources = {p.name: p.read_text() for p in build_ptx.SRC.iterdir() if p.suffix in (".cu", ".cuh")}
     by_fn, by_line, runs = summarize(insns, sources)
     print(f"{args.entry}: {len(insns) * 16 / 1024:.1f} KB of SASS ({len(insns)} instructions)")
+    wait = wait_address(text, args.entry)
+    if wait is not None:
+        after = sum(16 for a, _, _ in insns if a > wait)
+        print(f"  PDL wait (ACQBULK) at {wait / 1024:.1f} KB; {after / 1024:.1f} KB of code after it")
     for fn, b in by_fn.most_common():
         print(f"  {b / 1024:6.1f} KB  {fn}")
     print(f"largest source lines:")
@@ -147,7 +176,14 @@ def main() -> int:
         print(f"  {b / 1024:6.2f} KB  {f}:{line}")
     if args.layout:
         print("layout (address KB: function (KB)):")
-        print("  " + " | ".join(f"{a / 1024:.1f}: {fn} ({n / 1024:.1f})" for fn, a, n in runs if n >= 128))
+        parts, marked = [], wait is None
+        for fn, a, n in runs:
+            if not marked and a > wait:
+                parts.append("|| wait ||")
+                marked = True
+            if n >= 128:
+                parts.append(f"{a / 1024:.1f}: {fn} ({n / 1024:.1f})")
+        print("  " + " | ".join(parts))
     return 0
 
 
