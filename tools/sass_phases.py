@@ -10,8 +10,9 @@ whose definition encloses it in its file (a line at column 0 with a parenthesis 
 Why: code run cold after a PDL wait costs ~0.15-0.3 us a KB per launch (BENCHMARKS sessions 15
 and 22), so what matters is which functions' code sits on the post-wait path and how big it is.
 --layout also prints the entry's code in address order as runs of one function (>= 128 bytes).
-The first ACQBULK (griddepcontrol.wait, the PDL wait) is reported with the bytes after it, and
-in the layout as "|| wait ||". -D NAME[=VALUE] builds under a macro, as tools/build_ptx.py -D
+Every ACQBULK (griddepcontrol.wait, a PDL wait: the main one, and those of paths that refuse
+a launch or have no work) is listed with the bytes after it, and marked "|| wait ||" in the
+layout; which one is the main wait the layout around it tells. -D NAME[=VALUE] builds under a macro, as tools/build_ptx.py -D
 does for an A/B build (e.g. -D FG_MERGE_DEAD_KB=10).
 
 nvdisasm: --nvdisasm PATH, else $NVDISASM, else on PATH, else from the pip wheel
@@ -67,20 +68,21 @@ def parse_sass(text: str, entry: str) -> list[tuple[int, str, int]]:
 _WAIT = re.compile(r"\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+ACQBULK\b")
 
 
-def wait_address(text: str, entry: str) -> int | None:
-    """Address of ``entry``'s first ACQBULK (griddepcontrol.wait) in an nvdisasm listing, or None."""
+def wait_addresses(text: str, entry: str) -> list[int]:
+    """Addresses of ``entry``'s ACQBULK instructions (griddepcontrol.wait) in an nvdisasm listing."""
     lines = text.splitlines()
     head = f".text.{entry}:"
     start = next((i for i, l in enumerate(lines) if l.startswith(head)), None)
+    out: list[int] = []
     if start is None:
-        return None
+        return out
     for l in lines[start + 1:]:
         if l.startswith(".text."):
             break
         m = _WAIT.match(l)
         if m:
-            return int(m["addr"], 16)
-    return None
+            out.append(int(m["addr"], 16))
+    return out
 
 
 def function_index(source: str) -> list[tuple[int, str]]:
@@ -165,10 +167,10 @@ def main() -> int:
     sources = {p.name: p.read_text() for p in build_ptx.SRC.iterdir() if p.suffix in (".cu", ".cuh")}
     by_fn, by_line, runs = summarize(insns, sources)
     print(f"{args.entry}: {len(insns) * 16 / 1024:.1f} KB of SASS ({len(insns)} instructions)")
-    wait = wait_address(text, args.entry)
-    if wait is not None:
-        after = sum(16 for a, _, _ in insns if a > wait)
-        print(f"  PDL wait (ACQBULK) at {wait / 1024:.1f} KB; {after / 1024:.1f} KB of code after it")
+    waits = wait_addresses(text, args.entry)
+    for w in waits:
+        after = sum(16 for a, _, _ in insns if a > w)
+        print(f"  PDL wait (ACQBULK) at {w / 1024:.1f} KB; {after / 1024:.1f} KB of code after it")
     for fn, b in by_fn.most_common():
         print(f"  {b / 1024:6.1f} KB  {fn}")
     print(f"largest source lines:")
@@ -176,11 +178,11 @@ def main() -> int:
         print(f"  {b / 1024:6.2f} KB  {f}:{line}")
     if args.layout:
         print("layout (address KB: function (KB)):")
-        parts, marked = [], wait is None
+        parts, pending = [], list(waits)
         for fn, a, n in runs:
-            if not marked and a > wait:
+            while pending and a > pending[0]:
                 parts.append("|| wait ||")
-                marked = True
+                pending.pop(0)
             if n >= 128:
                 parts.append(f"{a / 1024:.1f}: {fn} ({n / 1024:.1f})")
         print("  " + " | ".join(parts))

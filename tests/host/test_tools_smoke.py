@@ -238,11 +238,13 @@ def test_sass_phases_charges_code_to_functions():
     assert [r[0] for r in runs] == ["?", "k.cu:kern", "k.cu:mma_16816"]
     with pytest.raises(SystemExit):
         sass_phases.parse_sass(listing, "missing")
-    # the PDL wait: the entry's first ACQBULK, not another entry's
+    # PDL waits: the entry's ACQBULKs, not another entry's
     waited = listing.replace("/*0020*/               @P0 STG.E desc[UR4][R2.64], R0 ;",
                              "/*0020*/                   ACQBULK ;")
-    assert sass_phases.wait_address(waited, "kern") == 0x20
-    assert sass_phases.wait_address(listing, "kern") is None
-    assert sass_phases.wait_address(waited.replace("/*0000*/                   NOP ;",
-                                                   "/*0000*/                   ACQBULK ;"), "kern") == 0x20
-    assert sass_phases.wait_address(waited, "missing") is None
+    assert sass_phases.wait_addresses(waited, "kern") == [0x20]
+    assert sass_phases.wait_addresses(listing, "kern") == []
+    assert sass_phases.wait_addresses(waited.replace("/*0000*/                   NOP ;",
+                                                     "/*0000*/                   ACQBULK ;"), "kern") == [0x20]
+    assert sass_phases.wait_addresses(waited.replace("/*0030*/                   FADD R0, R0, R1 ;",
+                                                     "/*0030*/                   ACQBULK ;"), "kern") == [0x20, 0x30]
+    assert sass_phases.wait_addresses(waited, "missing") == []
