@@ -12,8 +12,8 @@ and 22), so what matters is which functions' code sits on the post-wait path and
 --layout also prints the entry's code in address order as runs of one function (>= 128 bytes).
 Every ACQBULK (griddepcontrol.wait, a PDL wait: the main one, and those of paths that refuse
 a launch or have no work) is listed with the bytes after it, and marked "|| wait ||" in the
-layout; which one is the main wait the layout around it tells. -D NAME[=VALUE] builds under a macro, as tools/build_ptx.py -D
-does for an A/B build (e.g. -D FG_MERGE_DEAD_KB=10).
+layout; which one is the main wait the layout around it tells. -D NAME[=VALUE] builds under a
+macro, as tools/build_ptx.py -D does for an A/B build (e.g. -D FG_MERGE_DEAD_KB=10).
 
 nvdisasm: --nvdisasm PATH, else $NVDISASM, else on PATH, else from the pip wheel
 nvidia-cuda-nvdisasm (`pip install nvidia-cuda-nvdisasm`; it is not a dependency of the project).
@@ -42,19 +42,25 @@ _NOT_NAMES = {"if", "for", "while", "switch", "sizeof", "static_assert", "declty
               "__launch_bounds__"}
 
 
+def entry_lines(text: str, entry: str) -> list[str] | None:
+    """The lines of ``entry``'s section in an nvdisasm listing (up to the next .text.), or None."""
+    lines = text.splitlines()
+    head = f".text.{entry}:"
+    start = next((i for i, l in enumerate(lines) if l.startswith(head)), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(".text.")), len(lines))
+    return lines[start + 1:end]
+
+
 def parse_sass(text: str, entry: str) -> list[tuple[int, str, int]]:
     """(address, file name, line) of every instruction of ``entry`` in an nvdisasm -g listing;
     instructions before any location get ("?", 0)."""
-    lines = text.splitlines()
-    head = f".text.{entry}:"
-    try:
-        start = next(i for i, l in enumerate(lines) if l.startswith(head))
-    except StopIteration:
-        raise SystemExit(f"sass_phases: no entry {entry!r} in the listing") from None
+    body = entry_lines(text, entry)
+    if body is None:
+        raise SystemExit(f"sass_phases: no entry {entry!r} in the listing")
     out, loc = [], ("?", 0)
-    for l in lines[start + 1:]:
-        if l.startswith(".text."):
-            break
+    for l in body:
         m = _LOC.match(l)
         if m:
             loc = (Path(m["file"]).name, int(m["line"]))
@@ -70,19 +76,7 @@ _WAIT = re.compile(r"\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+ACQBULK\b")
 
 def wait_addresses(text: str, entry: str) -> list[int]:
     """Addresses of ``entry``'s ACQBULK instructions (griddepcontrol.wait) in an nvdisasm listing."""
-    lines = text.splitlines()
-    head = f".text.{entry}:"
-    start = next((i for i, l in enumerate(lines) if l.startswith(head)), None)
-    out: list[int] = []
-    if start is None:
-        return out
-    for l in lines[start + 1:]:
-        if l.startswith(".text."):
-            break
-        m = _WAIT.match(l)
-        if m:
-            out.append(int(m["addr"], 16))
-    return out
+    return [int(m["addr"], 16) for l in entry_lines(text, entry) or [] if (m := _WAIT.match(l))]
 
 
 def function_index(source: str) -> list[tuple[int, str]]:
