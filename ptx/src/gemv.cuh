@@ -211,21 +211,17 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
 
 #define GEMV_NORM_REG_VECS 4  // rmsnorm_row_regs: float4 vectors per thread (K <= 16 * blockDim)
 
-// FG_NORM_COLD (an A/B build, default 0): the wide register path (GEMV_NORM_REG_VECS vectors a
-// thread, K > 4 * blockDim: the 8B-class models) of the lean entries' prologue as a called
-// function, so that its ~6 KB of SASS no longer lies between the small models' one-vector path
-// and the GEMV body they run next (the layout probe of decode_tc's FG_REFILL_COLD, here).
-#ifndef FG_NORM_COLD
-#define FG_NORM_COLD 0
-#endif
-#if FG_NORM_COLD
+// The lean entries' wide register path (GEMV_NORM_REG_VECS vectors a thread, K > 4 * blockDim:
+// the 8B-class models) is a called function, so that its ~6 KB of SASS does not lie between the
+// small models' one-vector path and the GEMV body they run next. Session 51 (H200, same call,
+// alternated): Qwen3-0.6B 128 + 512 0.5786-0.5792 against 0.5847-0.5855 ms/token inline (-1.0%);
+// level at 4096 + 64, where the attention's pre-wait K/V reads hide the GEMV's latency.
 template <class Grid>
 __device__ __noinline__ void rmsnorm_row_regs_wide(bf16* xs, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, uint32_t K, float eps,
                                                    float (*red)[GEMV_MAX_WARPS]) {
   rmsnorm_row_regs<GEMV_NORM_REG_VECS, Grid>(xs, hin, delta, hout, norm_w, K, eps, red);
 }
-#endif
 
 // x[r, :] for every row into shared memory; ends with a barrier (x is then ready).
 // LEAN (the *_row entries): only the one-row register path is compiled; a launch it does not
@@ -243,10 +239,8 @@ __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, con
     // copies; the same per-element order and bits.
     if (LEAN && K / 4 <= blockDim.x)
       rmsnorm_row_regs<1, Grid>(xs, hin, delta, hout, norm_w, K, eps, red);
-#if FG_NORM_COLD
     else if (LEAN)
       rmsnorm_row_regs_wide<Grid>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
-#endif
     else
       rmsnorm_row_regs<GEMV_NORM_REG_VECS, Grid>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
     return;
