@@ -87,16 +87,6 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 #ifndef FG_MERGE_DEAD_KB
 #define FG_MERGE_DEAD_KB 0
 #endif
-// FG_REFILL_COLD (an A/B build, default 0): the refill of a split's later tiles (bt_window,
-// load_kv_tile: ~10 KB of SASS at d128, laid out between the tile body and the epilogue) as a
-// called function, refill_tile, whose code ptxas places after the entry's straight path; splits
-// of one or two tiles (every split at short contexts) then run rope, tiles, epilogue and merge
-// as one contiguous ~16 KB after the PDL wait instead of jumping over it. __builtin_expect on
-// the branch leaves the layout as it is. The call costs _swp_d128 18 registers (199 -> 217; the
-// STEAL entries have no such refill): compare with FG_SWP128_PAD=66 (217, the inline layout).
-#ifndef FG_REFILL_COLD
-#define FG_REFILL_COLD 0
-#endif
 template <int D, int R = 8, int TAG = 0, bool RESET = false>
 __device__ __forceinline__ void arrive_and_merge(
     __nv_bfloat16 *__restrict__ out,  // [rows, Hq*D] bf16
@@ -582,27 +572,6 @@ __device__ __forceinline__ void swap_tile(float (&o)[D / 16][4], float &m0, floa
 
 }  // namespace attn
 
-#if FG_REFILL_COLD
-// FG_REFILL_COLD: the refill as a called function (a call a refill; returns the block-table
-// window's new start).
-template <int D, bool ROPE>
-__device__ __noinline__ int refill_tile(__nv_bfloat16 *sk, const __nv_bfloat16 *k_pool, const __nv_bfloat16 *v_pool,
-                                        int *s_bt, const int *bt, int win0, int kb0, int end, attn::DivBy bs,
-                                        size_t tok_stride, unsigned kvh, int sub_key, const __nv_bfloat16 *s_ck,
-                                        const __nv_bfloat16 *s_cv) {
-    using namespace attn;
-    constexpr int TK = kDecTileKeys, LD = D + 8;
-    const int last = (min(kb0 + TK, end) - 1) / (int)bs.d;
-    if (last >= win0 + kDecBtWindow) {  // CTA-uniform; every thread passed the barrier before
-        win0 = kb0 / (int)bs.d;
-        bt_window(s_bt, bt, win0, (end - 1) / (int)bs.d);
-    }
-    load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, kb0, end, bs, tok_stride, kvh, sub_key,
-                          s_ck, s_cv);
-    return win0;
-}
-#endif
-
 // Split-K flash decoding on tensor cores. One CTA = (row, kv head, split); the M dimension of
 // the bf16 m16n8k16 MMA holds up to 16 query heads of the GQA group (zero rows past G), so each
 // K/V tile in shared memory serves the whole group. Warp w owns keys [16w, 16w + 16) of every
@@ -901,10 +870,9 @@ __device__ __forceinline__ void decode_tc(
                 } else if (kt + kDecStages < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
                     const int kb0 = sr.start + (kt + kDecStages) * TK;
-#if FG_REFILL_COLD
-                    win0 = refill_tile<D, ROPE>(sk, k_pool, v_pool, s_bt, bt, win0, kb0, sr.end, bs, tok_stride, kvh,
-                                                sub_key, s_ck, s_cv);
-#else
+                    // Inline: as a called function placed after the straight path (session 51, H200) it ran
+                    // level at 128 + 512 and +0.9% a token at 4096 + 64 on Qwen3-0.6B (same registers inline):
+                    // jumped-over code costs ~0.02 us a KB at most (gemv.cuh's wide norm), not session 50's ~0.1.
                     const int last = (min(kb0 + TK, sr.end) - 1) / (int)block_size;
                     if (last >= win0 + kDecBtWindow) {  // CTA-uniform; every thread passed the barrier above
                         win0 = kb0 / (int)block_size;
@@ -912,7 +880,6 @@ __device__ __forceinline__ void decode_tc(
                     }
                     load_kv_tile<D, ROPE>(sk, sk + TK * LD, k_pool, v_pool, s_bt, win0, kb0, sr.end,
                                           bs, tok_stride, kvh, sub_key, s_ck, s_cv);
-#endif
                 } else {
                     cp_async_commit();
                 }
