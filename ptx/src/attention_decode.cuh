@@ -72,8 +72,9 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // through shared memory, saved 0.1-0.15 us a launch alone at 8k-32k keys but cost +3.4% a token on
 // Qwen3-0.6B at 4096 keys (every entry) and +3.9% at 8192 (the 16-a-round entries) in the graph.
 // Reverted. What it ran was about the old merge's size; what grew was the entries' SASS, by
-// 10-13 KB (a second unrolled round), on a path run cold once a launch on the critical path
-// (~0.1 us a KB if that is the cause; sessions 15, 22-23): FG_MERGE_DEAD_KB below tests it.
+// 10-13 KB (a second unrolled round), on a path run cold once a launch on the critical path.
+// Session 51 (H200) put code that is laid out but jumped over at ~0.02 us a KB at most, so the
+// loss is mostly the code run, not its layout; FG_MERGE_DEAD_KB below measures the layout alone.
 // FG_MERGE_LEAN (an A/B build, default 0): less merge code. 1: ex2.approx in log2 units for the
 // weights (as the key loop's fast_exp2) instead of __expf's range-checked sequence, and the
 // reciprocal of L by MUFU.RCP (no division slow path): -0.9 KB SASS at R = 8, -1.4 KB at R = 16,
@@ -870,9 +871,9 @@ __device__ __forceinline__ void decode_tc(
                 } else if (kt + kDecStages < n_tiles) {
                     __nv_bfloat16 *sk = s_kv + st * 2 * TK * LD;
                     const int kb0 = sr.start + (kt + kDecStages) * TK;
-                    // Inline: as a called function placed after the straight path (session 51, H200) it ran
-                    // level at 128 + 512 and +0.9% a token at 4096 + 64 on Qwen3-0.6B (same registers inline):
-                    // jumped-over code costs ~0.02 us a KB at most (gemv.cuh's wide norm), not session 50's ~0.1.
+                    // Inline on purpose: as a called function placed after the straight path (session 51,
+                    // H200) it ran level at 128 + 512 and +0.9% a token at 4096 + 64 on Qwen3-0.6B against
+                    // this layout at the same register count; jumped-over code costs ~0.02 us a KB at most.
                     const int last = (min(kb0 + TK, sr.end) - 1) / (int)block_size;
                     if (last >= win0 + kDecBtWindow) {  // CTA-uniform; every thread passed the barrier above
                         win0 = kb0 / (int)block_size;
