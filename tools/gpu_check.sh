@@ -10,6 +10,7 @@
 # ab: the batch-1 bench (no peers) of every baseline tree in .ab/NAME/ (e.g. `git archive main |
 # tar -x -C .ab/base`; carry ".ab") and of this tree, alternated AB_ROUNDS times (default 2) in
 # the same call, so that a change is judged against its baseline on the same machine and clocks.
+# Each round rotates the order of the sides by one (AB_ROTATE=0: the same order every round).
 # AB_ENVS="nar:FIXEDGRAPH_GEMV_NARROW=0 s2:FIXEDGRAPH_GEMV_FUSED_SPLIT=2": more sides, each this
 # tree with those environment variables (NAME:VAR=VAL[,VAR=VAL...]; no .ab needed for them).
 # AB_PROFILE=1: the first round also profiles each side (tables in ab_NAME_1.log). Each side's
@@ -120,8 +121,15 @@ if want ab && { ls -d .ab/*/ >/dev/null 2>&1 || [ -n "${AB_ENVS:-}" ]; }; then
   # (knob A/Bs without a tree copy each)
   for spec in ${AB_ENVS:-}; do sides+=("env:$spec"); done
   sides+=(.)
+  n=${#sides[@]}
   for r in $(seq 1 ${AB_ROUNDS:-2}); do
-    for d in "${sides[@]}"; do
+    # Round r starts at side (r - 1) mod n, so no side always runs last (session 51 saw the last
+    # side of a round run ~1% slow on the H200); AB_ROTATE=0 keeps one fixed order.
+    order=()
+    for ((k = 0; k < n; k++)); do
+      if [ "${AB_ROTATE:-1}" = 0 ]; then order+=("${sides[k]}"); else order+=("${sides[(k + r - 1) % n]}"); fi
+    done
+    for d in "${order[@]}"; do
       vars=()
       if [[ $d == env:* ]]; then
         spec=${d#env:}; name=${spec%%:*}; spec_vars "${spec#*:}"; d=.
