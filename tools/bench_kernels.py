@@ -7,7 +7,10 @@ GEMV (plain and fused) on the weight shapes of Qwen3-0.6B, Qwen3-8B, Llama-3-8B,
 paged decode attention at 4k-32k keys (Hkv 8, D 128, GQA 4). Each case is a graph of many
 launches over rotating copies of the operands (more bytes than L2 holds), timed with events;
 the table gives µs per launch, GB/s and the fraction of the copy bandwidth measured in the same
-run. ``--smoke`` runs tiny shapes on the reference backend to check the programs only.
+run, and beside it the read floor of the same bytes: ``read_probe``, a launch that only streams
+them, chained the same way (the "of read" column: the read floor's µs over the kernel's; a launch
+of a few MB cannot reach the copy bandwidth of 4 GiB; ``--no-read`` skips it). ``--smoke`` runs
+tiny shapes on the reference backend to check the programs only.
 Three attention probes run beside each context: ``attn_rows8_hkv1`` (the same bytes and CTAs with
 each CTA's K/V of a block contiguous: the pool layout's cost), ``attention_decode_seqbt``
 (blocks in pool order instead of shuffled: the block table's) and ``attention_decode_l2`` (the
@@ -49,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fixedgraph import bf16  # noqa: E402
 from fixedgraph.backends import get_device  # noqa: E402
 from fixedgraph.backends.reference.twins.runtime_test import (ICACHE_FMAS, chase_ends, handoff_chain,  # noqa: E402
-                                                               icache_sums, persist_gemv, persist_ops)
+                                                               icache_sums, persist_gemv, persist_ops, read_sums)
 from fixedgraph.layout import ArenaPlan  # noqa: E402
 from fixedgraph.ops import attention, gemv  # noqa: E402
 from fixedgraph.program import Null, Program, Ref  # noqa: E402
@@ -190,6 +193,44 @@ def bench_attention(dev, ctx: int, smoke: bool, rng, Hq: int = 32, Hkv: int = 8,
               + ("" if D == 128 else f"_d{D}"))
     return {"kernel": kernel, "shape": f"ctx {ctx} S {S}", "bytes": kv_bytes,
             **time_program(dev, prog, arena, launches, smoke)}
+
+
+READ_CTAS_PER_SM = (2, 1, 4)  # read floor grids, CTAs of READ_THREADS an SM; the first is the row's default
+READ_THREADS = 512
+
+
+def bench_read(dev, nbytes: int, smoke: bool, rng) -> list[dict]:
+    """The read floor of one launch of ``nbytes``: ``read_probe`` (ptx/src/runtime_test.cu), a grid
+    that only streams those bytes with 16-byte loads, chained by PDL over rotating copies as the
+    kernels it stands beside, at READ_CTAS_PER_SM grids. What a launch of that size can reach, ramp
+    and tail included, as against the copy bandwidth of 4 GiB (the kernels' "of read" column)."""
+    n16 = max(1, nbytes // 16)
+    c = copies_for(16 * n16, smoke)
+    sms = 2 if smoke else int(dev.properties()["sm_count"])
+    grids = [k * sms for k in (READ_CTAS_PER_SM[:1] if smoke else READ_CTAS_PER_SM)]
+    plan = ArenaPlan()
+    for i in range(c):
+        plan.add(f"src{i}", (4 * n16,), "u32")
+    plan.add("sum", (max(grids),), "u32")
+    arena = dev.arena(plan)
+    block = rng.integers(0, 1 << 32, size=min(4 * n16, 1 << 22), dtype=np.uint64).astype(np.uint32)
+    for i in range(c):
+        arena.write(f"src{i}", np.resize(block, 4 * n16))
+    out = []
+    for G in grids:
+        prog = Program(f"read.{nbytes}.g{G}")
+        for i in range(c):
+            prog.launch("read_probe", (G,), (READ_THREADS,), [Ref(f"src{i}"), Ref("sum"), n16])
+        r = time_program(dev, prog, arena, c, smoke, free=False)
+        got = arena.read("sum")[:G]
+        # every launch wrote sum; the last one read src{c-1}
+        if not np.array_equal(got, read_sums(np.resize(block, 4 * n16), G, READ_THREADS)):
+            raise RuntimeError(f"read_probe over {nbytes} bytes at {G} CTAs: the checksums are wrong")
+        out.append({"kernel": "read", "shape": f"{nbytes / 1e6:.1f} MB", "split": G // sms, "default": G == grids[0],
+                    "bytes": 16 * n16, **r})
+    if not smoke:
+        dev.free(arena.base)
+    return out
 
 
 STAGING_VARIANTS = (  # (label, mode, chunk bytes, issuing threads): see stage_probe in runtime_test.cu
@@ -634,6 +675,8 @@ def main() -> int:
                     help="attention head dim (128: Qwen3 / Llama-3-8B; 64: Llama-3.2-1B; 96: the d96 entries)")
     ap.add_argument("--attn-swap", action="store_true",
                     help="also time the heads-on-N (_sw) attention entry, from DRAM and from L2")
+    ap.add_argument("--no-read", action="store_true",
+                    help="skip the read floor (read_probe at each GEMV / attention size timed)")
     ap.add_argument("--attn-steal", action="store_true",
                     help="also time the tile-sharing (_st) attention entry (from DRAM)")
     args = ap.parse_args()
@@ -651,6 +694,7 @@ def main() -> int:
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64, l2_resident=True))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=128, swap=True))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=128, steal=True))
+        rows += bench_read(dev, 100 * 2 * 64 * 2 * 2, True, rng)
         rows += bench_staging(dev, 4096, True, rng)
         rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
         rows.append(bench_bcast(dev, 2, 4096, 2, True, True, rng))
@@ -735,12 +779,26 @@ def main() -> int:
             rows.append(bench_attention(dev, ctx, False, rng, **heads, swap=True, l2_resident=True))
         if args.attn_steal:
             rows.append(bench_attention(dev, ctx, False, rng, **heads, steal=True))
+    # the read floor of each size timed above (GEMV weights, an attention context's K/V)
+    if not args.no_read:
+        sizes = sorted({r["bytes"] for r in rows if r["kernel"].startswith(("gemv", "attention", "attn"))})
+        for nbytes in sizes:
+            rows += bench_read(dev, nbytes, False, rng)
     print(f"copy bandwidth {copy:.0f} GB/s")
     for r in rows:
         r["GBps"] = r["bytes"] / (r["us"] * 1e3)
         r["fraction"] = r["GBps"] / copy
+    floor = {}  # bytes -> the best read_probe time of that size
+    for r in rows:
+        if r["kernel"] == "read":
+            floor[r["bytes"]] = min(floor.get(r["bytes"], float("inf")), r["us"])
+    for r in rows:  # read_probe rounds its size down to whole 16-byte words
+        f = floor.get(r["bytes"] // 16 * 16)
+        if f is not None:
+            r["of_read"] = f / r["us"]
     # One line per (kernel, shape): the launcher's default split and the best one measured.
-    print(f"{'kernel':<20} {'shape':<16} {'MB':>7} {'S':>3} {'us':>8} {'of copy':>8}  {'best S':>6} {'us':>8} {'of copy':>8}")
+    print(f"{'kernel':<20} {'shape':<16} {'MB':>7} {'S':>3} {'us':>8} {'of copy':>8}  {'best S':>6} {'us':>8} {'of copy':>8}"
+          f" {'of read':>8}")
     seen = {}
     for r in rows:
         seen.setdefault((r["kernel"], r["shape"]), []).append(r)
@@ -748,7 +806,8 @@ def main() -> int:
         d = next((r for r in rs if r.get("default", True)), rs[0])
         b = min(rs, key=lambda r: r["us"])
         print(f"{kernel:<20} {shape:<16} {d['bytes'] / 1e6:>7.1f} {d.get('split', '-')!s:>3} {d['us']:>8.2f} "
-              f"{d['fraction'] * 100:>7.0f}%  {b.get('split', '-')!s:>6} {b['us']:>8.2f} {b['fraction'] * 100:>7.0f}%")
+              f"{d['fraction'] * 100:>7.0f}%  {b.get('split', '-')!s:>6} {b['us']:>8.2f} {b['fraction'] * 100:>7.0f}%"
+              + (f" {d['of_read'] * 100:>7.0f}%" if "of_read" in d else ""))
     for r in (r for r in rows if r["kernel"] == "staging"):
         print(f"staging {r['cta_bytes'] >> 10:>4} KiB/CTA {r['shape']:<20} span {r['span_us']:7.2f} us "
               f"{r['span_GBps']:7.0f} GB/s ({r['span_GBps'] / copy * 100:3.0f}% of copy), median CTA "

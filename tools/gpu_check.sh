@@ -279,7 +279,7 @@ if [[ " $stages " == *" ncu "* ]]; then
          "gate_up:^gemv_rmsnorm_silu:--only gemv --gemv-model qwen3-0.6b --gemv-shape 6144x1024"
          "o_proj:^gemv_bf16:--only gemv --gemv-model qwen3-0.6b --gemv-shape 1024x2048")
   for spec in "${cases[@]}"; do
-    name=${spec%%:*}; rest=${spec#*:}; kern=${rest%%:*}; args=${rest#*:}
+    name=${spec%%:*}; rest=${spec#*:}; kern=${rest%%:*}; args="${rest#*:} --no-read"  # no read floor under ncu
     [[ -n "${NCU_CASES:-}" && " $NCU_CASES " != *" $name "* ]] && continue
     # shellcheck disable=SC2086
     timeout 300 ncu --clock-control none -k "regex:$kern" --launch-skip 3 --launch-count 1 \

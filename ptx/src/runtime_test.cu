@@ -97,6 +97,41 @@ extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+// The read floor of one launch (tools/bench_kernels.py: the `read` row beside each attention
+// context and GEMV shape): how long a grid that only streams n16 16-byte words from DRAM takes,
+// chained by PDL as the kernels it is compared with (wait, then read), launch ramp and tail
+// included. Word w is read by CTA (w / blockDim) % gridDim, READ_PROBE_INFLIGHT loads a thread in
+// flight; sum[b] = the xor of CTA b's u32 words, so the loads cannot be optimised away and are
+// checked. blockDim: a multiple of 32.
+#define READ_PROBE_INFLIGHT 8
+
+extern "C" __global__ void read_probe(const uint4* __restrict__ src, unsigned int* __restrict__ sum,
+                                      unsigned long long n16) { FG_KERNEL_BEGIN();
+    FG_PDL_WAIT();
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned int x = 0;
+    for (unsigned long long i0 = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < n16;
+         i0 += step * READ_PROBE_INFLIGHT) {
+        uint4 v[READ_PROBE_INFLIGHT];
+#pragma unroll
+        for (int u = 0; u < READ_PROBE_INFLIGHT; ++u) {
+            const unsigned long long i = i0 + u * step;
+            v[u] = i < n16 ? __ldcg(src + i) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < READ_PROBE_INFLIGHT; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+    __shared__ unsigned int part[32];
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int s = 0;
+        for (unsigned int w = 0; w < blockDim.x >> 5; ++w) s ^= part[w];
+        sum[blockIdx.x] = s;
+    }
+}
+
 // Shared-memory staging probe (tools/bench_kernels.py --only staging): how fast one CTA per SM
 // can bring `bytes` of global memory into its shared memory, by method. CTA b reads
 // src[b * bytes .. (b + 1) * bytes) (16-byte aligned, bytes a multiple of 16) into its dynamic

@@ -48,6 +48,21 @@ def noop(mem, grid, block):
     pass
 
 
+def read_sums(words: np.ndarray, grid: int, block: int) -> np.ndarray:
+    """read_probe's sum[b]: the xor of the u32 words of the 16-byte words w with
+    (w // block) % grid == b (``words``: the source as u32, a whole number of 16-byte words)."""
+    w16 = np.bitwise_xor.reduce(words.reshape(-1, 4), axis=1)
+    owner = (np.arange(w16.size) // block) % grid
+    out = np.zeros(grid, np.uint32)
+    np.bitwise_xor.at(out, owner, w16)
+    return out
+
+
+@twin("read_probe")
+def read_probe(mem, grid, block, src, sum_, n16):
+    mem.view(sum_, np.uint32, grid[0])[:] = read_sums(mem.view(src, np.uint32, 4 * n16), grid[0], block[0])
+
+
 @twin("cluster_probe")
 def cluster_probe(mem, grid, block, out, *, cluster=(1, 1, 1)):
     (gx, gy, gz), (cx, cy, cz) = grid, cluster
