@@ -10,7 +10,9 @@ the table gives µs per launch, GB/s and the fraction of the copy bandwidth meas
 run, and beside it the read floor of the same bytes: ``read_probe``, a launch that only streams
 them, chained the same way (the "of read" column: the read floor's µs over the kernel's; a launch
 of a few MB cannot reach the copy bandwidth of 4 GiB; ``--no-read`` skips it). ``--smoke`` runs
-tiny shapes on the reference backend to check the programs only.
+tiny shapes on the reference backend to check the programs only. ``--only chain [--chain-model
+qwen3-0.6b] [--chain-ctx 128]``: the launch structure's floor, a decode step as a chain of launches
+that each only read that launch's bytes (late and early PDL signals), against the bytes' floor.
 Three attention probes run beside each context: ``attn_rows8_hkv1`` (the same bytes and CTAs with
 each CTA's K/V of a block contiguous: the pool layout's cost), ``attention_decode_seqbt``
 (blocks in pool order instead of shuffled: the block table's) and ``attention_decode_l2`` (the
@@ -231,6 +233,66 @@ def bench_read(dev, nbytes: int, smoke: bool, rng) -> list[dict]:
     if not smoke:
         dev.free(arena.base)
     return out
+
+
+def step_reads(model: str, ctx: int) -> list[tuple[str, int]]:
+    """The bytes each launch of ``model``'s decode step must read at ``ctx`` keys, in step order:
+    per layer norm + qkv, attention (its K/V), o_proj, norm + gate_up, down; then the head. The
+    shapes come from the model's config (fixedgraph.testing.checkpoints.CONFIGS)."""
+    from fixedgraph.testing.checkpoints import CONFIGS
+
+    c = CONFIGS[model][1]
+    H, I, L, V = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+    nh, nkv = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
+    hd = c.get("head_dim") or H // nh
+    layer = [("qkv", (nh + 2 * nkv) * hd * H * 2), ("attention", ctx * nkv * hd * 2 * 2), ("o_proj", H * nh * hd * 2),
+             ("gate_up", 2 * I * H * 2), ("down", H * I * 2)]
+    return layer * L + [("head", V * H * 2)]
+
+
+def bench_chain(dev, model: str, ctx: int, early: bool, smoke: bool, rng, ctas_per_sm: int = READ_CTAS_PER_SM[0]) -> dict:
+    """The launch structure's floor: one decode step of ``model`` at ``ctx`` keys as a chain of
+    ``read_probe`` launches that each only stream what that launch of the step must read, from its
+    own buffer (the step's bytes once, as the weights: more than L2 holds), one graph a step,
+    steps back to back as the decode replays them. ``early``: ``read_probe_early`` (each launch
+    signals its successor at its start and reads before its wait, as the lean GEMV entries
+    preload their weights); else ``read_probe`` (wait, then read). Against the bytes' floor at the
+    copy bandwidth and the model's ms/token from tools/bench.py: what five launches a layer of
+    these sizes cost before any kernel does its own work."""
+    reads = step_reads(model, ctx)
+    entry = "read_probe_early" if early else "read_probe"
+    G = 2 if smoke else ctas_per_sm * int(dev.properties()["sm_count"])
+    plan = ArenaPlan()
+    for i, (_, nbytes) in enumerate(reads):
+        plan.add(f"r{i}", (max(1, nbytes // 16) * 4,), "u32")
+    plan.add("sum", (G,), "u32")
+    arena = dev.arena(plan)
+    last = len(reads) - 1
+    for i in range(last):
+        arena.fill(f"r{i}", 0xA5)
+    n_last = max(1, reads[last][1] // 16)
+    tail = np.resize(rng.integers(0, 1 << 32, size=min(4 * n_last, 1 << 22), dtype=np.uint64).astype(np.uint32),
+                     4 * n_last)
+    arena.write(f"r{last}", tail)
+    prog = Program(f"chain.{model}.{ctx}.{entry}")
+    for i, (_, nbytes) in enumerate(reads):
+        prog.launch(entry, (G,), (READ_THREADS,), [Ref(f"r{i}"), Ref("sum"), max(1, nbytes // 16)])
+    graph = dev.graph(dev.bind(prog, arena))
+    us = float("nan")
+    if smoke:
+        graph.launch()
+    else:
+        from fixedgraph.profile import gpu_ms
+
+        us = gpu_ms(dev, graph.launch, 20, warmup=3) * 1e3
+    if not np.array_equal(arena.read("sum"), read_sums(tail, G, READ_THREADS)):
+        raise RuntimeError(f"chain {model}: the head read's checksums are wrong")
+    del graph
+    if not smoke:
+        dev.free(arena.base)
+    total = sum(b for _, b in reads)
+    return {"kernel": "chain", "shape": f"{model} ctx {ctx} {'early' if early else 'late'} {G} CTAs",
+            "model": model, "ctx": ctx, "early": early, "launches": len(reads), "bytes": total, "us": us}
 
 
 STAGING_VARIANTS = (  # (label, mode, chunk bytes, issuing threads): see stage_probe in runtime_test.cu
@@ -634,7 +696,7 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the reference backend")
     ap.add_argument("--only", nargs="+", choices=("gemv", "attention", "staging", "hol", "bcast", "icache", "handoff",
-                                                     "persist"),
+                                                     "persist", "chain"),
                     help="time only these kernels (one or more groups)")
     ap.add_argument("--staging-kb", type=int, nargs="+", default=[48, 96, 190],
                     help="staging probe: KiB per CTA (one CTA per SM)")
@@ -675,6 +737,9 @@ def main() -> int:
                     help="attention head dim (128: Qwen3 / Llama-3-8B; 64: Llama-3.2-1B; 96: the d96 entries)")
     ap.add_argument("--attn-swap", action="store_true",
                     help="also time the heads-on-N (_sw) attention entry, from DRAM and from L2")
+    ap.add_argument("--chain-model", nargs="+", default=["qwen3-0.6b"],
+                    help="chain probe (--only chain): the decode steps of these models (checkpoints.CONFIGS names)")
+    ap.add_argument("--chain-ctx", type=int, nargs="+", default=[128], help="chain probe: keys a step reads")
     ap.add_argument("--no-read", action="store_true",
                     help="skip the read floor (read_probe at each GEMV / attention size timed)")
     ap.add_argument("--attn-steal", action="store_true",
@@ -695,6 +760,7 @@ def main() -> int:
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=128, swap=True))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=128, steal=True))
         rows += bench_read(dev, 100 * 2 * 64 * 2 * 2, True, rng)
+        rows += [bench_chain(dev, "tiny-qwen3", 64, e, True, rng) for e in (False, True)]
         rows += bench_staging(dev, 4096, True, rng)
         rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
         rows.append(bench_bcast(dev, 2, 4096, 2, True, True, rng))
@@ -752,6 +818,11 @@ def main() -> int:
                                       flag=PERSIST_HANDOFFS.index(h), pairs=bool(x), nostream=c == "nostream",
                                       marks=c != "nomarks", quiet="quiet" in c, evict="evict" in c,
                                       max_stages=st)
+    if "chain" in only:
+        for model in args.chain_model:
+            for ctx in args.chain_ctx:
+                for early in (False, True):
+                    rows.append(bench_chain(dev, model, ctx, early, False, rng))
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)
@@ -808,6 +879,11 @@ def main() -> int:
         print(f"{kernel:<20} {shape:<16} {d['bytes'] / 1e6:>7.1f} {d.get('split', '-')!s:>3} {d['us']:>8.2f} "
               f"{d['fraction'] * 100:>7.0f}%  {b.get('split', '-')!s:>6} {b['us']:>8.2f} {b['fraction'] * 100:>7.0f}%"
               + (f" {d['of_read'] * 100:>7.0f}%" if "of_read" in d else ""))
+    for r in (r for r in rows if r["kernel"] == "chain"):
+        floor_us = r["bytes"] / (copy * 1e3)
+        print(f"chain {r['shape']:<40} {r['us']:8.1f} us a step ({r['launches']} launches, {r['bytes'] / 1e6:7.1f} MB: "
+              f"{r['fraction'] * 100:3.0f}% of copy; the bytes' floor {floor_us:6.1f} us; "
+              f"{(r['us'] - floor_us) / r['launches']:5.2f} us a launch over it)")
     for r in (r for r in rows if r["kernel"] == "staging"):
         print(f"staging {r['cta_bytes'] >> 10:>4} KiB/CTA {r['shape']:<20} span {r['span_us']:7.2f} us "
               f"{r['span_GBps']:7.0f} GB/s ({r['span_GBps'] / copy * 100:3.0f}% of copy), median CTA "

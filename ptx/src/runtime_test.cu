@@ -98,16 +98,20 @@ extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
 }
 
 // The read floor of one launch (tools/bench_kernels.py: the `read` row beside each attention
-// context and GEMV shape): how long a grid that only streams n16 16-byte words from DRAM takes,
-// chained by PDL as the kernels it is compared with (wait, then read), launch ramp and tail
-// included. Word w is read by CTA (w / blockDim) % gridDim, READ_PROBE_INFLIGHT loads a thread in
-// flight; sum[b] = the xor of CTA b's u32 words, so the loads cannot be optimised away and are
-// checked. blockDim: a multiple of 32.
+// context and GEMV shape, and `--only chain`): how long a grid that only streams n16 16-byte words
+// from DRAM takes, chained by PDL as the kernels it is compared with, launch ramp and tail
+// included. read_probe waits, then reads (a late signal, as the attention); read_probe_early
+// signals its successor at its start and reads before its wait (src is constant), only its store
+// after it, as the lean GEMV entries preload their weights. Word w is read by CTA
+// (w / blockDim) % gridDim, READ_PROBE_INFLIGHT loads a thread in flight; sum[b] = the xor of CTA
+// b's u32 words, so the loads cannot be optimised away and are checked. blockDim: a multiple of 32.
 #define READ_PROBE_INFLIGHT 8
 
-extern "C" __global__ void read_probe(const uint4* __restrict__ src, unsigned int* __restrict__ sum,
-                                      unsigned long long n16) { FG_KERNEL_BEGIN();
-    FG_PDL_WAIT();
+template <bool EARLY>
+__device__ __forceinline__ void read_probe_body(const uint4* __restrict__ src, unsigned int* __restrict__ sum,
+                                                unsigned long long n16) {
+    if (EARLY) FG_PDL_TRIGGER();
+    else FG_PDL_WAIT();
     const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
     unsigned int x = 0;
     for (unsigned long long i0 = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < n16;
@@ -125,11 +129,22 @@ extern "C" __global__ void read_probe(const uint4* __restrict__ src, unsigned in
     __shared__ unsigned int part[32];
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
     __syncthreads();
+    if (EARLY) FG_PDL_WAIT_ONLY();  // the predecessor's sum store precedes this one
     if (threadIdx.x == 0) {
         unsigned int s = 0;
         for (unsigned int w = 0; w < blockDim.x >> 5; ++w) s ^= part[w];
         sum[blockIdx.x] = s;
     }
+}
+
+extern "C" __global__ void read_probe(const uint4* __restrict__ src, unsigned int* __restrict__ sum,
+                                      unsigned long long n16) { FG_KERNEL_BEGIN();
+    read_probe_body<false>(src, sum, n16);
+}
+
+extern "C" __global__ void read_probe_early(const uint4* __restrict__ src, unsigned int* __restrict__ sum,
+                                            unsigned long long n16) { FG_KERNEL_BEGIN();
+    read_probe_body<true>(src, sum, n16);
 }
 
 // Shared-memory staging probe (tools/bench_kernels.py --only staging): how fast one CTA per SM

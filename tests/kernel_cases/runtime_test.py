@@ -73,23 +73,34 @@ def cluster_case(rng):
                       reference=reference, notes=f"grid {grid} cluster {cluster}")
 
 
-@kernel_case("read_probe")
-def read_probe_case(rng):
+def read_probe_case(rng, entry):
     # every CTA xor-reduces the 16-byte words it streams, whatever the grid, block and length (a
     # tail that fills part of a round of in-flight loads included)
     G, T = int(rng.integers(1, 9)), int(rng.choice([32, 128, 256, 512]))
     n16 = int(rng.integers(1, 40_000))
-    p = Program("read_probe")
-    p.launch("read_probe", (G,), (T,), [Ref("src"), Ref("sum"), n16])
+    p = Program(entry)
+    for _ in range(2):  # two chained launches: the early entry's store after its wait
+        p.launch(entry, (G,), (T,), [Ref("src"), Ref("sum"), n16])
     src = Buffer(rng.integers(0, 1 << 32, size=4 * n16, dtype=np.uint64).astype(np.uint32), "u32")
+
     def reference(v):  # per CTA: the words of its blockDim-long runs, every G-th run
         words = v["src"].astype(np.uint32).reshape(n16, 4)
         runs = np.arange(n16) // T
         return {"sum": np.array([np.bitwise_xor.reduce(words[runs % G == b].ravel(), initial=0) for b in range(G)],
                                 np.uint32)}
 
-    return KernelCase("read_probe", p, {"src": src, "sum": poison(G, "u32")}, {"sum": Check()}, reference=reference,
+    return KernelCase(entry, p, {"src": src, "sum": poison(G, "u32")}, {"sum": Check()}, reference=reference,
                       notes=f"G {G} block {T} words {n16}")
+
+
+@kernel_case("read_probe")
+def read_probe_late_case(rng):
+    return read_probe_case(rng, "read_probe")
+
+
+@kernel_case("read_probe_early")
+def read_probe_early_case(rng):
+    return read_probe_case(rng, "read_probe_early")
 
 
 @kernel_case("stage_probe")

@@ -59,6 +59,7 @@ def read_sums(words: np.ndarray, grid: int, block: int) -> np.ndarray:
 
 
 @twin("read_probe")
+@twin("read_probe_early")
 def read_probe(mem, grid, block, src, sum_, n16):
     mem.view(sum_, np.uint32, grid[0])[:] = read_sums(mem.view(src, np.uint32, 4 * n16), grid[0], block[0])
 
