@@ -201,6 +201,11 @@ READ_CTAS_PER_SM = (2, 1, 4)  # read floor grids, CTAs of READ_THREADS an SM; th
 READ_THREADS = 512
 
 
+def random_words(rng, n: int) -> np.ndarray:
+    """n random u32 words (a 16 MiB random block repeated: the probes' sources, checked by checksum)."""
+    return np.resize(rng.integers(0, 1 << 32, size=min(n, 1 << 22), dtype=np.uint64).astype(np.uint32), n)
+
+
 def bench_read(dev, nbytes: int, smoke: bool, rng) -> list[dict]:
     """The read floor of one launch of ``nbytes``: ``read_probe`` (ptx/src/runtime_test.cu), a grid
     that only streams those bytes with 16-byte loads, chained by PDL over rotating copies as the
@@ -215,18 +220,16 @@ def bench_read(dev, nbytes: int, smoke: bool, rng) -> list[dict]:
         plan.add(f"src{i}", (4 * n16,), "u32")
     plan.add("sum", (max(grids),), "u32")
     arena = dev.arena(plan)
-    block = rng.integers(0, 1 << 32, size=min(4 * n16, 1 << 22), dtype=np.uint64).astype(np.uint32)
+    words = random_words(rng, 4 * n16)
     for i in range(c):
-        arena.write(f"src{i}", np.resize(block, 4 * n16))
+        arena.write(f"src{i}", words)
     out = []
     for G in grids:
         prog = Program(f"read.{nbytes}.g{G}")
         for i in range(c):
             prog.launch("read_probe", (G,), (READ_THREADS,), [Ref(f"src{i}"), Ref("sum"), n16])
         r = time_program(dev, prog, arena, c, smoke, free=False)
-        got = arena.read("sum")[:G]
-        # every launch wrote sum; the last one read src{c-1}
-        if not np.array_equal(got, read_sums(np.resize(block, 4 * n16), G, READ_THREADS)):
+        if not np.array_equal(arena.read("sum")[:G], read_sums(words, G, READ_THREADS)):  # every copy holds words
             raise RuntimeError(f"read_probe over {nbytes} bytes at {G} CTAs: the checksums are wrong")
         out.append({"kernel": "read", "shape": f"{nbytes / 1e6:.1f} MB", "split": G // sms, "default": G == grids[0],
                     "bytes": 16 * n16, **r})
@@ -270,24 +273,14 @@ def bench_chain(dev, model: str, ctx: int, early: bool, smoke: bool, rng, ctas_p
     last = len(reads) - 1
     for i in range(last):
         arena.fill(f"r{i}", 0xA5)
-    n_last = max(1, reads[last][1] // 16)
-    tail = np.resize(rng.integers(0, 1 << 32, size=min(4 * n_last, 1 << 22), dtype=np.uint64).astype(np.uint32),
-                     4 * n_last)
+    tail = random_words(rng, 4 * max(1, reads[last][1] // 16))
     arena.write(f"r{last}", tail)
     prog = Program(f"chain.{model}.{ctx}.{entry}")
     for i, (_, nbytes) in enumerate(reads):
         prog.launch(entry, (G,), (READ_THREADS,), [Ref(f"r{i}"), Ref("sum"), max(1, nbytes // 16)])
-    graph = dev.graph(dev.bind(prog, arena))
-    us = float("nan")
-    if smoke:
-        graph.launch()
-    else:
-        from fixedgraph.profile import gpu_ms
-
-        us = gpu_ms(dev, graph.launch, 20, warmup=3) * 1e3
+    us = time_program(dev, prog, arena, 1, smoke, free=False)["us"]  # one graph launch = one step
     if not np.array_equal(arena.read("sum"), read_sums(tail, G, READ_THREADS)):
         raise RuntimeError(f"chain {model}: the head read's checksums are wrong")
-    del graph
     if not smoke:
         dev.free(arena.base)
     total = sum(b for _, b in reads)
