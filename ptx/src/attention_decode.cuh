@@ -75,10 +75,10 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // 10-13 KB (a second unrolled round), on a path run cold once a launch on the critical path.
 // Session 51 (H200) put code that is laid out but jumped over at ~0.02 us a KB at most, so the
 // loss is mostly the code run, not its layout; FG_MERGE_DEAD_KB below measures the layout alone.
-// FG_MERGE_LEAN (default 1 since session 53; 0 and 2 stay as A/B builds): less merge code. 1:
-// ex2.approx in log2 units for the
-// weights (as the key loop's fast_exp2) instead of __expf's range-checked sequence, and the
-// reciprocal of L by MUFU.RCP (no division slow path): -0.9 KB SASS at R = 8, -1.4 KB at R = 16,
+// FG_MERGE_LEAN (default 1 since session 53; 0 and 2 stay as A/B builds): less merge code.
+// 1: ex2.approx in log2 units for the weights (as the key loop's fast_exp2) instead of __expf's
+// range-checked sequence, and the reciprocal of L by MUFU.RCP (no division slow path): -0.9 KB
+// SASS at R = 8, -1.4 KB at R = 16,
 // registers unchanged. 2: also predicated loads at fixed offsets from the round's pointers (no
 // per-load address arithmetic; a split past the last loads nothing and weighs 0): -1.0 to -1.2 KB
 // at R = 8, -1.5 to -1.9 KB at R = 16 (_long_st 170 -> 158 registers). Same results up to the
