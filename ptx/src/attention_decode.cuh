@@ -78,8 +78,7 @@ __device__ __forceinline__ SplitRange split_range(int len, unsigned S, unsigned 
 // FG_MERGE_LEAN (default 1 since session 53; 0 and 2 stay as A/B builds): less merge code.
 // 1: ex2.approx in log2 units for the weights (as the key loop's fast_exp2) instead of __expf's
 // range-checked sequence, and the reciprocal of L by MUFU.RCP (no division slow path): -0.9 KB
-// SASS at R = 8, -1.4 KB at R = 16,
-// registers unchanged. 2: also predicated loads at fixed offsets from the round's pointers (no
+// SASS at R = 8, -1.4 KB at R = 16, registers unchanged. 2: also predicated loads at fixed offsets from the round's pointers (no
 // per-load address arithmetic; a split past the last loads nothing and weighs 0): -1.0 to -1.2 KB
 // at R = 8, -1.5 to -1.9 KB at R = 16 (_long_st 170 -> 158 registers). Same results up to the
 // last bits of the weights (approximate exp2 and reciprocal: ~2 ulp of fp32). Session 53 (H100,
