@@ -11,8 +11,10 @@ run, and beside it the read floor of the same bytes: ``read_probe``, a launch th
 them, chained the same way (the "of read" column: the read floor's µs over the kernel's; a launch
 of a few MB cannot reach the copy bandwidth of 4 GiB; ``--no-read`` skips it). ``--smoke`` runs
 tiny shapes on the reference backend to check the programs only. ``--only chain [--chain-model
-qwen3-0.6b] [--chain-ctx 128]``: the launch structure's floor, a decode step as a chain of launches
-that each only read that launch's bytes (late and early PDL signals), against the bytes' floor.
+qwen3-0.6b] [--chain-ctx 128] [--chain-variant ...]``: the launch structure's floor, a decode step
+as a chain of launches that each only read that launch's bytes (late and early PDL signals), and
+early ones that also hand the step's vectors over after their wait (hand, handnorm: with a CTA-wide
+reduction over the vector, as the GEMVs' norm), against the bytes' floor.
 Three attention probes run beside each context: ``attn_rows8_hkv1`` (the same bytes and CTAs with
 each CTA's K/V of a block contiguous: the pool layout's cost), ``attention_decode_seqbt``
 (blocks in pool order instead of shuffled: the block table's) and ``attention_decode_l2`` (the
@@ -53,8 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fixedgraph import bf16  # noqa: E402
 from fixedgraph.backends import get_device  # noqa: E402
-from fixedgraph.backends.reference.twins.runtime_test import (ICACHE_FMAS, chase_ends, handoff_chain,  # noqa: E402
-                                                               icache_sums, persist_gemv, persist_ops, read_sums)
+from fixedgraph.backends.reference.twins.runtime_test import (  # noqa: E402
+    ICACHE_FMAS, chase_ends, hand_words, handoff_chain, icache_sums, persist_gemv, persist_ops, read_sums)
 from fixedgraph.layout import ArenaPlan  # noqa: E402
 from fixedgraph.ops import attention, gemv  # noqa: E402
 from fixedgraph.program import Null, Program, Ref  # noqa: E402
@@ -238,36 +240,52 @@ def bench_read(dev, nbytes: int, smoke: bool, rng) -> list[dict]:
     return out
 
 
-def step_reads(model: str, ctx: int) -> list[tuple[str, int]]:
-    """The bytes each launch of ``model``'s decode step must read at ``ctx`` keys, in step order:
-    per layer norm + qkv, attention (its K/V), o_proj, norm + gate_up, down; then the head. The
-    shapes come from the model's config (fixedgraph.testing.checkpoints.CONFIGS)."""
+def step_reads(model: str, ctx: int) -> list[tuple[str, int, int]]:
+    """What each launch of ``model``'s decode step must read at ``ctx`` keys, in step order (per
+    layer norm + qkv, attention, o_proj, norm + gate_up, down; then the head): (name, bytes of
+    weights or K/V, bytes of the vector it takes from the launch before it: the hidden state, qkv,
+    attention's output, the MLP's activation, in bf16). The shapes come from the model's config
+    (fixedgraph.testing.checkpoints.CONFIGS)."""
     from fixedgraph.testing.checkpoints import CONFIGS
 
     c = CONFIGS[model][1]
     H, I, L, V = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
     nh, nkv = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
     hd = c.get("head_dim") or H // nh
-    layer = [("qkv", (nh + 2 * nkv) * hd * H * 2), ("attention", ctx * nkv * hd * 2 * 2), ("o_proj", H * nh * hd * 2),
-             ("gate_up", 2 * I * H * 2), ("down", H * I * 2)]
-    return layer * L + [("head", V * H * 2)]
+    layer = [("qkv", (nh + 2 * nkv) * hd * H * 2, H * 2), ("attention", ctx * nkv * hd * 2 * 2, (nh + 2 * nkv) * hd * 2),
+             ("o_proj", H * nh * hd * 2, nh * hd * 2), ("gate_up", 2 * I * H * 2, H * 2), ("down", H * I * 2, I * 2)]
+    return layer * L + [("head", V * H * 2, H * 2)]
 
 
-def bench_chain(dev, model: str, ctx: int, early: bool, smoke: bool, rng, ctas_per_sm: int = READ_CTAS_PER_SM[0]) -> dict:
+CHAIN_VARIANTS = ("late", "early", "hand", "handnorm")  # bench_chain's launch kinds (see there)
+
+
+def bench_chain(dev, model: str, ctx: int, variant: str, smoke: bool, rng,
+                ctas_per_sm: int = READ_CTAS_PER_SM[0]) -> dict:
     """The launch structure's floor: one decode step of ``model`` at ``ctx`` keys as a chain of
-    ``read_probe`` launches that each only stream what that launch of the step must read, from its
+    read-probe launches that each only stream what that launch of the step must read, from its
     own buffer (the step's bytes once, as the weights: more than L2 holds), one graph a step,
-    steps back to back as the decode replays them. ``early``: ``read_probe_early`` (each launch
-    signals its successor at its start and reads before its wait, as the lean GEMV entries
-    preload their weights); else ``read_probe`` (wait, then read). Against the bytes' floor at the
-    copy bandwidth and the model's ms/token from tools/bench.py: what five launches a layer of
-    these sizes cost before any kernel does its own work."""
+    steps back to back as the decode replays them. ``variant``:
+
+    - ``late``: ``read_probe`` (wait, then read);
+    - ``early``: ``read_probe_early`` (each launch signals its successor at its start and reads
+      before its wait, as the lean GEMV entries preload their weights);
+    - ``hand``: ``read_probe_hand`` mode 0, ``early`` plus the handover after the wait: each launch
+      reads the vector its predecessor left (the size the step's launch takes: the hidden state,
+      qkv, ...) and leaves the next one's, spread over its CTAs as a GEMV's outputs;
+    - ``handnorm``: mode 1, ``hand`` with every CTA reading the whole vector and reducing it
+      across the CTA before its stores (the GEMV's norm).
+
+    Against the bytes' floor at the copy bandwidth and the model's ms/token from tools/bench.py:
+    what five launches a layer of these sizes cost before any kernel does its own work, and how
+    much of the rest the handover takes."""
     reads = step_reads(model, ctx)
-    entry = "read_probe_early" if early else "read_probe"
+    entry = {"late": "read_probe", "early": "read_probe_early"}.get(variant, "read_probe_hand")
     G = 2 if smoke else ctas_per_sm * int(dev.properties()["sm_count"])
     plan = ArenaPlan()
-    for i, (_, nbytes) in enumerate(reads):
+    for i, (_, nbytes, xbytes) in enumerate(reads):
         plan.add(f"r{i}", (max(1, nbytes // 16) * 4,), "u32")
+        plan.add(f"x{i}", (max(1, xbytes // 16) * 4,), "u32")  # the vector launch i takes
     plan.add("sum", (G,), "u32")
     arena = dev.arena(plan)
     last = len(reads) - 1
@@ -275,17 +293,33 @@ def bench_chain(dev, model: str, ctx: int, early: bool, smoke: bool, rng, ctas_p
         arena.fill(f"r{i}", 0xA5)
     tail = random_words(rng, 4 * max(1, reads[last][1] // 16))
     arena.write(f"r{last}", tail)
-    prog = Program(f"chain.{model}.{ctx}.{entry}")
-    for i, (_, nbytes) in enumerate(reads):
-        prog.launch(entry, (G,), (READ_THREADS,), [Ref(f"r{i}"), Ref("sum"), max(1, nbytes // 16)])
+    x0 = random_words(rng, 4 * max(1, reads[0][2] // 16))
+    arena.write("x0", x0)
+    for i in range(1, len(reads)):
+        arena.fill(f"x{i}", 0x5A)
+    prog = Program(f"chain.{model}.{ctx}.{variant}")
+    xs = [max(1, x // 16) for _, _, x in reads]
+    for i, (_, nbytes, _) in enumerate(reads):
+        args = [Ref(f"r{i}"), Ref("sum"), max(1, nbytes // 16)]
+        if entry == "read_probe_hand":  # launch i takes x{i} and leaves x{i + 1} (the last: the first's)
+            nxt = (i + 1) % len(reads)
+            args += [Ref(f"x{i}"), Ref(f"x{nxt}"), xs[i], min(xs[nxt], G * READ_THREADS), int(variant == "handnorm")]
+        prog.launch(entry, (G,), (READ_THREADS,), args)
     us = time_program(dev, prog, arena, 1, smoke, free=False)["us"]  # one graph launch = one step
     if not np.array_equal(arena.read("sum"), read_sums(tail, G, READ_THREADS)):
         raise RuntimeError(f"chain {model}: the head read's checksums are wrong")
+    if entry == "read_probe_hand" and smoke:  # one replay: x0 went round the chain once
+        x = x0
+        for i in range(len(reads)):
+            nxt = (i + 1) % len(reads)
+            x = hand_words(x, min(xs[nxt], G * READ_THREADS), int(variant == "handnorm"))
+        if not np.array_equal(arena.read("x0")[:x.size], x):
+            raise RuntimeError(f"chain {model} {variant}: the handed-over vectors are wrong")
     if not smoke:
         dev.free(arena.base)
-    total = sum(b for _, b in reads)
-    return {"kernel": "chain", "shape": f"{model} ctx {ctx} {'early' if early else 'late'} {G} CTAs",
-            "model": model, "ctx": ctx, "early": early, "launches": len(reads), "bytes": total, "us": us}
+    total = sum(b for _, b, _ in reads)
+    return {"kernel": "chain", "shape": f"{model} ctx {ctx} {variant} {G} CTAs", "model": model, "ctx": ctx,
+            "variant": variant, "early": variant != "late", "launches": len(reads), "bytes": total, "us": us}
 
 
 STAGING_VARIANTS = (  # (label, mode, chunk bytes, issuing threads): see stage_probe in runtime_test.cu
@@ -733,6 +767,9 @@ def main() -> int:
     ap.add_argument("--chain-model", nargs="+", default=["qwen3-0.6b"],
                     help="chain probe (--only chain): the decode steps of these models (checkpoints.CONFIGS names)")
     ap.add_argument("--chain-ctx", type=int, nargs="+", default=[128], help="chain probe: keys a step reads")
+    ap.add_argument("--chain-variant", nargs="+", default=list(CHAIN_VARIANTS), choices=CHAIN_VARIANTS,
+                    help="chain probe: the launch kinds (late, early: reads only; hand, handnorm: early plus the "
+                    "vector handed over after the wait, without and with a CTA-wide reduction over it)")
     ap.add_argument("--no-read", action="store_true",
                     help="skip the read floor (read_probe at each GEMV / attention size timed)")
     ap.add_argument("--attn-steal", action="store_true",
@@ -753,7 +790,7 @@ def main() -> int:
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=128, swap=True))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=128, steal=True))
         rows += bench_read(dev, 100 * 2 * 64 * 2 * 2, True, rng)
-        rows += [bench_chain(dev, "tiny-qwen3", 64, e, True, rng) for e in (False, True)]
+        rows += [bench_chain(dev, "tiny-qwen3", 64, v, True, rng) for v in CHAIN_VARIANTS]
         rows += bench_staging(dev, 4096, True, rng)
         rows += [bench_hol(dev, 4096, m, True, rng) for m in (0, 1)]
         rows.append(bench_bcast(dev, 2, 4096, 2, True, True, rng))
@@ -814,8 +851,8 @@ def main() -> int:
     if "chain" in only:
         for model in args.chain_model:
             for ctx in args.chain_ctx:
-                for early in (False, True):
-                    rows.append(bench_chain(dev, model, ctx, early, False, rng))
+                for variant in args.chain_variant:
+                    rows.append(bench_chain(dev, model, ctx, variant, False, rng))
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)

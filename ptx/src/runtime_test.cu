@@ -147,6 +147,68 @@ extern "C" __global__ void read_probe_early(const uint4* __restrict__ src, unsig
     read_probe_body<true>(src, sum, n16);
 }
 
+// The handover after the wait (tools/bench_kernels.py --only chain, the `hand` and `handnorm`
+// chains): read_probe_early, plus the small vector a decode kernel takes from its predecessor
+// after its wait and the one it leaves for its successor, so that a chain of them splits the
+// real step's post-wait path (session 53: ~1.7 µs a launch over the early chain) into the x round
+// trip, a CTA-wide reduction over x (the GEMV's norm) and what is left (the kernels' own work).
+// Before the wait: signal, stream src (constant) as read_probe_early, reduce it in the CTA. After:
+//   mode 0 (hand):     thread t of CTA b, for j = b + gridDim * t < ny16:
+//                      xout[j] = xin[j % nx16] (one 16-byte load and store, no barrier);
+//   mode 1 (handnorm): every CTA reads all nx16 words of xin (as a GEMV reads its whole x), r =
+//                      the xor of their u32 words (warp shuffles, shared memory, a barrier), and
+//                      xout[j] = xin[j % nx16] ^ r (each u32 word) for the same j.
+// sum[b] = the xor of CTA b's src words, as read_probe. xin and xout must not overlap; ny16 <=
+// gridDim * blockDim; blockDim a multiple of 32.
+extern "C" __global__ void read_probe_hand(const uint4* __restrict__ src, unsigned int* __restrict__ sum,
+                                           unsigned long long n16, const uint4* xin, uint4* xout,
+                                           unsigned int nx16, unsigned int ny16, unsigned int mode) {
+    FG_KERNEL_BEGIN();
+    FG_PDL_TRIGGER();
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned int x = 0;
+    for (unsigned long long i0 = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < n16;
+         i0 += step * READ_PROBE_INFLIGHT) {
+        uint4 v[READ_PROBE_INFLIGHT];
+#pragma unroll
+        for (int u = 0; u < READ_PROBE_INFLIGHT; ++u) {
+            const unsigned long long i = i0 + u * step;
+            v[u] = i < n16 ? __ldcg(src + i) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < READ_PROBE_INFLIGHT; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+    __shared__ unsigned int part[32];
+    __shared__ unsigned int xpart[32];
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
+    __syncthreads();
+    FG_PDL_WAIT_ONLY();  // the predecessor's xout (and sum) stores precede what follows
+    const unsigned int j = blockIdx.x + gridDim.x * threadIdx.x;
+    unsigned int r = 0;
+    if (mode == 1) {
+        for (unsigned int i = threadIdx.x; i < nx16; i += blockDim.x) {
+            const uint4 w = __ldcg(xin + i);
+            r ^= w.x ^ w.y ^ w.z ^ w.w;
+        }
+        for (int o = 16; o > 0; o >>= 1) r ^= __shfl_xor_sync(0xffffffffu, r, o);
+        if ((threadIdx.x & 31) == 0) xpart[threadIdx.x >> 5] = r;
+        __syncthreads();
+        r = 0;
+        for (unsigned int w = 0; w < blockDim.x >> 5; ++w) r ^= xpart[w];
+    }
+    if (j < ny16) {
+        uint4 w = __ldcg(xin + j % nx16);
+        w.x ^= r; w.y ^= r; w.z ^= r; w.w ^= r;
+        __stcg(xout + j, w);
+    }
+    if (threadIdx.x == 0) {
+        unsigned int s = 0;
+        for (unsigned int w = 0; w < blockDim.x >> 5; ++w) s ^= part[w];
+        sum[blockIdx.x] = s;
+    }
+}
+
 // Shared-memory staging probe (tools/bench_kernels.py --only staging): how fast one CTA per SM
 // can bring `bytes` of global memory into its shared memory, by method. CTA b reads
 // src[b * bytes .. (b + 1) * bytes) (16-byte aligned, bytes a multiple of 16) into its dynamic

@@ -104,7 +104,9 @@ def test_committed_ptx_early_entries_are_the_lean_gemvs():
     # the lean GEMVs (gemv_rmsnorm_bf16_row counts as early: norm + gate_up + SiLU takes it with
     # the late bit of its mode, layer 0's norm + qkv the generic late entry), and the staging
     # kernel (its successor reads only W early); and the read-floor probe's early twin
-    # (runtime_test.cu's read_probe_early, bench_kernels only: it reads only its constant source early)
-    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "stage_meta_ring_embed", "read_probe_early"}
+    # and handover twin (runtime_test.cu's read_probe_early and read_probe_hand, bench_kernels only:
+    # they read only their constant source early)
+    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "stage_meta_ring_embed", "read_probe_early",
+                     "read_probe_hand"}
     for name in (f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128)):
         assert not entry_index()[name][1].signals_early

@@ -1,4 +1,7 @@
 """Cases for the runtime's own test kernels (ptx/src/runtime_test.cu)."""
+import functools
+import operator
+
 import numpy as np
 
 from fixedgraph import bf16
@@ -101,6 +104,43 @@ def read_probe_late_case(rng):
 @kernel_case("read_probe_early")
 def read_probe_early_case(rng):
     return read_probe_case(rng, "read_probe_early")
+
+
+@kernel_case("read_probe_hand")
+def read_probe_hand_case(rng):
+    # a chain of three handovers: each launch streams its own source before its wait, then takes
+    # the vector the launch before it left (x0 -> x1 -> x2 -> x3, of differing lengths) and leaves
+    # one, as a copy (mode 0) or xor'ed with the xor of everything it read (mode 1, the norm's
+    # reduction); the last launch's sums are what `sum` holds
+    G, T = int(rng.integers(1, 9)), int(rng.choice([32, 128, 256, 512]))
+    lens = [int(rng.integers(1, 700)) for _ in range(4)]
+    lens = [min(n, G * T) for n in lens]  # a launch leaves at most one 16-byte word a thread
+    modes = [int(rng.integers(0, 2)) for _ in range(3)]
+    n16 = [int(rng.integers(1, 20_000)) for _ in range(3)]
+    p = Program("read_probe_hand")
+    for i in range(3):
+        p.launch("read_probe_hand", (G,), (T,), [Ref(f"src{i}"), Ref("sum"), n16[i], Ref(f"x{i}"), Ref(f"x{i + 1}"),
+                                                 lens[i], lens[i + 1], modes[i]])
+    bufs = {f"src{i}": Buffer(rng.integers(0, 1 << 32, size=4 * n16[i], dtype=np.uint64).astype(np.uint32), "u32")
+            for i in range(3)}
+    bufs["x0"] = Buffer(rng.integers(0, 1 << 32, size=4 * lens[0], dtype=np.uint64).astype(np.uint32), "u32")
+    bufs.update({f"x{i}": poison(4 * lens[i], "u32") for i in (1, 2, 3)})
+    bufs["sum"] = poison(G, "u32")
+
+    def reference(v):
+        xs = [[int(w) for w in v["x0"].astype(np.uint32)]]
+        for i in range(3):  # word by word, independently of the twin
+            r = functools.reduce(operator.xor, xs[-1], 0) if modes[i] else 0
+            xs.append([xs[-1][4 * (j % lens[i]) + e] ^ r for j in range(lens[i + 1]) for e in range(4)])
+        xs = [np.array(x, np.uint32) for x in xs]
+        words = v["src2"].astype(np.uint32).reshape(n16[2], 4)
+        runs = np.arange(n16[2]) // T
+        return {"x1": xs[1], "x2": xs[2], "x3": xs[3],
+                "sum": np.array([np.bitwise_xor.reduce(words[runs % G == b].ravel(), initial=0) for b in range(G)],
+                                np.uint32)}
+
+    return KernelCase("read_probe_hand", p, bufs, {k: Check() for k in ("x1", "x2", "x3", "sum")}, reference=reference,
+                      notes=f"G {G} block {T} lengths {lens} modes {modes}")
 
 
 @kernel_case("stage_probe")

@@ -64,6 +64,23 @@ def read_probe(mem, grid, block, src, sum_, n16):
     mem.view(sum_, np.uint32, grid[0])[:] = read_sums(mem.view(src, np.uint32, 4 * n16), grid[0], block[0])
 
 
+def hand_words(xin: np.ndarray, ny16: int, mode: int) -> np.ndarray:
+    """read_probe_hand's xout (u32, 4 a 16-byte word) from its xin (u32, 4 a word): word j is
+    xin's word j % nx16, each u32 xor'ed with r, the xor of all of xin's u32 words (mode 1) or 0."""
+    w = xin.reshape(-1, 4)
+    r = np.bitwise_xor.reduce(xin, initial=np.uint32(0)) if mode == 1 else np.uint32(0)
+    return (w[np.arange(ny16) % w.shape[0]] ^ np.uint32(r)).ravel()
+
+
+@twin("read_probe_hand")
+def read_probe_hand(mem, grid, block, src, sum_, n16, xin, xout, nx16, ny16, mode):
+    if ny16 > grid[0] * block[0]:
+        raise ValueError(f"read_probe_hand: {ny16} output words need at most gridDim * blockDim threads")
+    read_probe(mem, grid, block, src, sum_, n16)
+    x = mem.view(xin, np.uint32, 4 * nx16).copy()
+    mem.view(xout, np.uint32, 4 * ny16)[:] = hand_words(x, ny16, mode)
+
+
 @twin("cluster_probe")
 def cluster_probe(mem, grid, block, out, *, cluster=(1, 1, 1)):
     (gx, gy, gz), (cx, cy, cz) = grid, cluster
