@@ -162,8 +162,7 @@ extern "C" __global__ void read_probe_early(const uint4* __restrict__ src, unsig
 // gridDim * blockDim; blockDim a multiple of 32.
 extern "C" __global__ void read_probe_hand(const uint4* __restrict__ src, unsigned int* __restrict__ sum,
                                            unsigned long long n16, const uint4* xin, uint4* xout,
-                                           unsigned int nx16, unsigned int ny16, unsigned int mode) {
-    FG_KERNEL_BEGIN();
+                                           unsigned int nx16, unsigned int ny16, unsigned int mode) { FG_KERNEL_BEGIN();
     FG_PDL_TRIGGER();
     const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
     unsigned int x = 0;
