@@ -767,6 +767,9 @@ def main() -> int:
     ap.add_argument("--chain-model", nargs="+", default=["qwen3-0.6b"],
                     help="chain probe (--only chain): the decode steps of these models (checkpoints.CONFIGS names)")
     ap.add_argument("--chain-ctx", type=int, nargs="+", default=[128], help="chain probe: keys a step reads")
+    ap.add_argument("--chain-ctas-per-sm", type=int, nargs="+", default=[READ_CTAS_PER_SM[0]],
+                    help=f"chain probe: grids of these many {READ_THREADS}-thread CTAs an SM (e.g. 1 2 4: what a "
+                    "launch's grid completion costs against fewer, fuller CTAs)")
     ap.add_argument("--chain-variant", nargs="+", default=list(CHAIN_VARIANTS), choices=CHAIN_VARIANTS,
                     help="chain probe: the launch kinds (late, early: reads only; hand, handnorm: early plus the "
                     "vector handed over after the wait, without and with a CTA-wide reduction over it)")
@@ -852,7 +855,8 @@ def main() -> int:
         for model in args.chain_model:
             for ctx in args.chain_ctx:
                 for variant in args.chain_variant:
-                    rows.append(bench_chain(dev, model, ctx, variant, False, rng))
+                    for per_sm in args.chain_ctas_per_sm:
+                        rows.append(bench_chain(dev, model, ctx, variant, False, rng, ctas_per_sm=per_sm))
     if "staging" in only:
         for kb in args.staging_kb:
             rows += bench_staging(dev, kb * 1024, False, rng, variants=args.staging_variant)
