@@ -107,11 +107,9 @@ extern "C" __global__ void cluster_probe(unsigned int* out) { FG_KERNEL_BEGIN();
 // b's u32 words, so the loads cannot be optimised away and are checked. blockDim: a multiple of 32.
 #define READ_PROBE_INFLIGHT 8
 
-template <bool EARLY>
-__device__ __forceinline__ void read_probe_body(const uint4* __restrict__ src, unsigned int* __restrict__ sum,
-                                                unsigned long long n16) {
-    if (EARLY) FG_PDL_TRIGGER();
-    else FG_PDL_WAIT();
+// This thread's share of a read probe's stream (word w by CTA (w / blockDim) % gridDim,
+// READ_PROBE_INFLIGHT loads in flight), xor-reduced over its warp: the warp's checksum.
+__device__ __forceinline__ unsigned int read_probe_stream(const uint4* __restrict__ src, unsigned long long n16) {
     const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
     unsigned int x = 0;
     for (unsigned long long i0 = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < n16;
@@ -126,6 +124,15 @@ __device__ __forceinline__ void read_probe_body(const uint4* __restrict__ src, u
         for (int u = 0; u < READ_PROBE_INFLIGHT; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
     for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+template <bool EARLY>
+__device__ __forceinline__ void read_probe_body(const uint4* __restrict__ src, unsigned int* __restrict__ sum,
+                                                unsigned long long n16) {
+    if (EARLY) FG_PDL_TRIGGER();
+    else FG_PDL_WAIT();
+    const unsigned int x = read_probe_stream(src, n16);
     __shared__ unsigned int part[32];
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
     __syncthreads();
@@ -164,20 +171,7 @@ extern "C" __global__ void read_probe_hand(const uint4* __restrict__ src, unsign
                                            unsigned long long n16, const uint4* xin, uint4* xout,
                                            unsigned int nx16, unsigned int ny16, unsigned int mode) { FG_KERNEL_BEGIN();
     FG_PDL_TRIGGER();
-    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned int x = 0;
-    for (unsigned long long i0 = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < n16;
-         i0 += step * READ_PROBE_INFLIGHT) {
-        uint4 v[READ_PROBE_INFLIGHT];
-#pragma unroll
-        for (int u = 0; u < READ_PROBE_INFLIGHT; ++u) {
-            const unsigned long long i = i0 + u * step;
-            v[u] = i < n16 ? __ldcg(src + i) : make_uint4(0u, 0u, 0u, 0u);
-        }
-#pragma unroll
-        for (int u = 0; u < READ_PROBE_INFLIGHT; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+    const unsigned int x = read_probe_stream(src, n16);
     __shared__ unsigned int part[32];
     __shared__ unsigned int xpart[32];
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = x;
