@@ -252,7 +252,8 @@ def step_reads(model: str, ctx: int) -> list[tuple[str, int, int]]:
     H, I, L, V = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
     nh, nkv = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
     hd = c.get("head_dim") or H // nh
-    layer = [("qkv", (nh + 2 * nkv) * hd * H * 2, H * 2), ("attention", ctx * nkv * hd * 2 * 2, (nh + 2 * nkv) * hd * 2),
+    qkv = (nh + 2 * nkv) * hd
+    layer = [("qkv", qkv * H * 2, H * 2), ("attention", ctx * nkv * hd * 2 * 2, qkv * 2),
              ("o_proj", H * nh * hd * 2, nh * hd * 2), ("gate_up", 2 * I * H * 2, H * 2), ("down", H * I * 2, I * 2)]
     return layer * L + [("head", V * H * 2, H * 2)]
 
