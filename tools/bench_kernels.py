@@ -300,20 +300,20 @@ def bench_chain(dev, model: str, ctx: int, variant: str, smoke: bool, rng,
         arena.fill(f"x{i}", 0x5A)
     prog = Program(f"chain.{model}.{ctx}.{variant}")
     xs = [max(1, x // 16) for _, _, x in reads]
+    ys = [min(xs[(i + 1) % len(reads)], G * READ_THREADS) for i in range(len(reads))]  # the words launch i leaves
+    mode = int(variant == "handnorm")
     for i, (_, nbytes, _) in enumerate(reads):
         args = [Ref(f"r{i}"), Ref("sum"), max(1, nbytes // 16)]
         if entry == "read_probe_hand":  # launch i takes x{i} and leaves x{i + 1} (the last: the first's)
-            nxt = (i + 1) % len(reads)
-            args += [Ref(f"x{i}"), Ref(f"x{nxt}"), xs[i], min(xs[nxt], G * READ_THREADS), int(variant == "handnorm")]
+            args += [Ref(f"x{i}"), Ref(f"x{(i + 1) % len(reads)}"), xs[i], ys[i], mode]
         prog.launch(entry, (G,), (READ_THREADS,), args)
     us = time_program(dev, prog, arena, 1, smoke, free=False)["us"]  # one graph launch = one step
     if not np.array_equal(arena.read("sum"), read_sums(tail, G, READ_THREADS)):
         raise RuntimeError(f"chain {model}: the head read's checksums are wrong")
     if entry == "read_probe_hand" and smoke:  # one replay: x0 went round the chain once
         x = x0
-        for i in range(len(reads)):
-            nxt = (i + 1) % len(reads)
-            x = hand_words(x, min(xs[nxt], G * READ_THREADS), int(variant == "handnorm"))
+        for ny in ys:
+            x = hand_words(x, ny, mode)
         if not np.array_equal(arena.read("x0")[:x.size], x):
             raise RuntimeError(f"chain {model} {variant}: the handed-over vectors are wrong")
     if not smoke:

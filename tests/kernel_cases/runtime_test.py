@@ -76,6 +76,14 @@ def cluster_case(rng):
                       reference=reference, notes=f"grid {grid} cluster {cluster}")
 
 
+def probe_sums(src, n16, G, T):
+    """A read probe's sum[b]: the xor of CTA b's words, those of its blockDim-long runs (every G-th
+    run) of the n16 16-byte words of src (u32)."""
+    words = src.astype(np.uint32).reshape(n16, 4)
+    runs = np.arange(n16) // T
+    return np.array([np.bitwise_xor.reduce(words[runs % G == b].ravel(), initial=0) for b in range(G)], np.uint32)
+
+
 def read_probe_case(rng, entry):
     # every CTA xor-reduces the 16-byte words it streams, whatever the grid, block and length (a
     # tail that fills part of a round of in-flight loads included)
@@ -86,11 +94,8 @@ def read_probe_case(rng, entry):
         p.launch(entry, (G,), (T,), [Ref("src"), Ref("sum"), n16])
     src = Buffer(rng.integers(0, 1 << 32, size=4 * n16, dtype=np.uint64).astype(np.uint32), "u32")
 
-    def reference(v):  # per CTA: the words of its blockDim-long runs, every G-th run
-        words = v["src"].astype(np.uint32).reshape(n16, 4)
-        runs = np.arange(n16) // T
-        return {"sum": np.array([np.bitwise_xor.reduce(words[runs % G == b].ravel(), initial=0) for b in range(G)],
-                                np.uint32)}
+    def reference(v):
+        return {"sum": probe_sums(v["src"], n16, G, T)}
 
     return KernelCase(entry, p, {"src": src, "sum": poison(G, "u32")}, {"sum": Check()}, reference=reference,
                       notes=f"G {G} block {T} words {n16}")
@@ -133,11 +138,7 @@ def read_probe_hand_case(rng):
             r = functools.reduce(operator.xor, xs[-1], 0) if modes[i] else 0
             xs.append([xs[-1][4 * (j % lens[i]) + e] ^ r for j in range(lens[i + 1]) for e in range(4)])
         xs = [np.array(x, np.uint32) for x in xs]
-        words = v["src2"].astype(np.uint32).reshape(n16[2], 4)
-        runs = np.arange(n16[2]) // T
-        return {"x1": xs[1], "x2": xs[2], "x3": xs[3],
-                "sum": np.array([np.bitwise_xor.reduce(words[runs % G == b].ravel(), initial=0) for b in range(G)],
-                                np.uint32)}
+        return {"x1": xs[1], "x2": xs[2], "x3": xs[3], "sum": probe_sums(v["src2"], n16[2], G, T)}
 
     return KernelCase("read_probe_hand", p, bufs, {k: Check() for k in ("x1", "x2", "x3", "sum")}, reference=reference,
                       notes=f"G {G} block {T} lengths {lens} modes {modes}")
