@@ -61,6 +61,18 @@ struct NoPrologue {
 };
 
 struct NoEpilogue {
+  static constexpr bool kScale = false;  // outputs as summed (NormScale: times the row's 1/rms)
+  __device__ __forceinline__ void value(int, uint32_t, uint32_t, float) {}
+};
+
+// The deferred-norm row entry's (gemv_rmsnorm_bf16_row_dn): every output times the row's 1/rms
+// (norm_scale of the prologue's per-warp sums, gemv.cuh) before its bias and rounding.
+struct NormScaleEpilogue {
+  static constexpr bool kScale = true;
+  const float (*red)[GEMV_MAX_WARPS];  // GemvShared::norm: red[0][w], warp w's sum of squares
+  uint32_t K;
+  float eps;
+  __device__ __forceinline__ float scale() const { return norm_scale(red, K, eps); }
   __device__ __forceinline__ void value(int, uint32_t, uint32_t, float) {}
 };
 
@@ -265,6 +277,16 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       mma_batch(acc, a0, a1, b);
     }
     FG_TRACE_MARK(1);  // thread 0's k slice of its (latest) tile multiplied
+    // The deferred norm's 1/rms (Epilogue::kScale), for the warps that store: its loads and
+    // square root wait on the k-split reduce's barrier beside the other warps' slices.
+    float osc = 1.0f;
+    if constexpr (Epilogue::kScale) {
+      if (ks == 0) osc = epi.scale();
+    }
+    auto scaled = [&](float a) {
+      if constexpr (Epilogue::kScale) return a * osc;
+      else return a;
+    };
 
     if (S > 1) {  // sum the k slices of each tile into its first warp
       red[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -290,7 +312,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
           const uint32_t r = r0 + 2 * t + j;
           if (r < rows)
             static_cast<bf16*>(out)[(size_t)r * I + n] =
-                __float2bfloat16_rn(silu_mul_one(round_bf16(acc[j] + bg), round_bf16(acc[2 + j] + bu)));
+                __float2bfloat16_rn(silu_mul_one(round_bf16(scaled(acc[j]) + bg), round_bf16(scaled(acc[2 + j]) + bu)));
         }
       }
       return;
@@ -304,7 +326,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
       for (int j = 0; j < 2; ++j) {
         const uint32_t r = r0 + 2 * t + j;
         if (r >= rows) continue;
-        const float v = acc[2 * h + j] + bn;
+        const float v = scaled(acc[2 * h + j]) + bn;
         if (MODE == OUT_F32) static_cast<float*>(out)[(size_t)r * N + n] = v;
         else static_cast<bf16*>(out)[(size_t)r * N + n] = __float2bfloat16_rn(v);
         epi.value(j, r, n, v);
@@ -361,16 +383,23 @@ __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16*
       out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
 }
 
-template <int MODE, bool LEAN = false>
+// DEFER (LEAN, one row): the deferred norm (gemv.cuh's rmsnorm_row_regs; gemv_rmsnorm_bf16_row_dn).
+template <int MODE, bool LEAN = false, bool DEFER = false>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
                                                    uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps,
                                                    bool silu_rt = false, bool late_rt = false) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
-  auto pro = [&]() { rmsnorm_prologue<LEAN>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm); };
-  gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN>(out, gemv_xs, W, bias, rows, N, K, split,
-                                                                   sh.red, pro, NoEpilogue{}, silu_rt, late_rt);
+  auto pro = [&]() {
+    rmsnorm_prologue<LEAN, HwGrid, DEFER>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm);
+  };
+  if constexpr (DEFER)
+    gemv_dispatch<MODE, true, decltype(pro), NormScaleEpilogue, GEMV_UNROLL, LEAN>(
+        out, gemv_xs, W, bias, rows, N, K, split, sh.red, pro, NormScaleEpilogue{sh.norm, K, eps}, silu_rt, late_rt);
+  else
+    gemv_dispatch<MODE, true, decltype(pro), NoEpilogue, GEMV_UNROLL, LEAN>(out, gemv_xs, W, bias, rows, N, K, split,
+                                                                     sh.red, pro, NoEpilogue{}, silu_rt, late_rt);
 }
 
 extern "C" __global__ void __maxnreg__(GEMV_PLAIN_REGS)
@@ -473,6 +502,24 @@ gemv_rmsnorm_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_i
                                     silu, (mode & 2u) != 0);
 }
 
+// gemv_rmsnorm_bf16_row with the norm deferred (FIXEDGRAPH_NORM_DEFER=1; an A/B entry, off by
+// default): x = bf16(norm_w * h) in shared memory, and each output is (x @ W.T)[n] / rms(h) (+
+// bias) (SiLU pairs: gate and up scaled so, then silu_mul), so the CTA's sum of squares, its
+// square root and the scaling wait for the multiply instead of the multiply waiting for them
+// (one barrier after h arrives instead of two). Rounding: x is rounded once from w * h where the
+// other entries round h / rms first (add_rmsnorm's points); results agree to ~1 bf16 step.
+// Same parameters, launch rules and mode bits as gemv_rmsnorm_bf16_row.
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_bf16_row_dn(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
+                         float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
+                         const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
+                         unsigned int split, float eps, unsigned int mode) { FG_KERNEL_BEGIN();
+  const bool silu = mode & 1u;
+  if (silu && (N & 1u)) return;
+  gemv_rmsnorm_entry<OUT_ROW, true, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
+                                          silu, (mode & 2u) != 0);
+}
+
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].
 // Dynamic smem: rows * xs_stride(K) * 2 bytes.
 extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
@@ -497,6 +544,7 @@ gemv_silu_bf16(bf16* __restrict__ out,            // [rows, N] bf16
 // to 0 for the next launch) reduces the gridDim.x partials of each row and writes the token
 // (and the host-mapped ring slot, as argmax_rows does).
 struct ArgmaxEpilogue {  // only the running bests live in registers through the GEMV
+  static constexpr bool kScale = false;
   float bv[2];  // best of rows 2t + j over this thread's outputs
   int bi[2];
 

@@ -149,7 +149,11 @@ __device__ __forceinline__ void rmsnorm_rows(bf16* __restrict__ xs,             
 // prologue is one round trip to L2 instead of rmsnorm_rows' two passes of GEMV_PRO_UNROLL
 // vectors each. Same rounding points; the sum of squares is taken in another order. Writes the
 // row's zero tail too and ends in the barrier after which x is ready (two barriers in all).
-template <int NV, class Grid = HwGrid>
+// DEFER (gemv_rmsnorm_bf16_row_dn): x = bf16(norm_w * h), not yet scaled by 1/rms; each warp
+// leaves its sum of squares in red[0][warp] and the GEMV scales its outputs by norm_scale(red)
+// after the multiply (W (w * h / rms) = (W (w * h)) / rms), so the CTA-wide sum, the square
+// root and the scaling are off the path from h's arrival to the first mma: one barrier, not two.
+template <int NV, class Grid = HwGrid, bool DEFER = false>
 __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const float* __restrict__ hin,
                                                  const bf16* __restrict__ delta, float* __restrict__ hout,
                                                  const bf16* __restrict__ norm_w, uint32_t K, float eps,
@@ -186,6 +190,23 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
       if (hout && Grid::bid() == 0) store_f32<4>(hout + (size_t)i * 4, h[j]);
     }
   }
+  if constexpr (DEFER) {
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {  // the stores first: they do not wait on the warp's sum
+      const uint32_t i = threadIdx.x + j * bd;
+      if (i < nvec) {
+        float y[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y[e] = wv[j][e] * h[j][e];
+        store_bf16<4>(xs + (size_t)i * 4, y);
+      }
+    }
+    xs_zero_tail(xs, 1, K);
+    ss = warp_sum(ss);
+    if (lane == 0) red[0][warp] = ss;
+    __syncthreads();  // x and the warps' sums ready; NOTE: red[0] must stay until norm_scale
+    return;
+  }
   ss = warp_sum(ss);
   if (lane == 0) red[0][warp] = ss;
   __syncthreads();
@@ -211,22 +232,32 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
 
 #define GEMV_NORM_REG_VECS 4  // rmsnorm_row_regs: float4 vectors per thread (K <= 16 * blockDim)
 
+// 1 / rms of the row whose per-warp sums of squares rmsnorm_row_regs<.., DEFER> left in red[0]:
+// the warps' sums in warp order, then MUFU's reciprocal square root and division (~2 ulp of
+// fp32, where the undeferred path's exact forms branch to slow paths on the storing warps' way).
+__device__ __forceinline__ float norm_scale(const float (*red)[GEMV_MAX_WARPS], uint32_t K, float eps) {
+  float sum = 0.0f;
+  for (uint32_t w = 0; w < (blockDim.x >> 5); ++w) sum += red[0][w];
+  return rsqrtf(__fdividef(sum, (float)K) + eps);
+}
+
 // The lean entries' wide register path (GEMV_NORM_REG_VECS vectors a thread, K > 4 * blockDim:
 // the 8B-class models) is a called function, so that its ~6 KB of SASS does not lie between the
 // small models' one-vector path and the GEMV body they run next. Session 51 (H200, same call,
 // alternated): Qwen3-0.6B 128 + 512 0.5786-0.5792 against 0.5847-0.5855 ms/token inline (-1.0%);
 // level at 4096 + 64, where the attention's pre-wait K/V reads hide the GEMV's latency.
-template <class Grid>
+template <class Grid, bool DEFER = false>
 __device__ __noinline__ void rmsnorm_row_regs_wide(bf16* xs, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, uint32_t K, float eps,
                                                    float (*red)[GEMV_MAX_WARPS]) {
-  rmsnorm_row_regs<GEMV_NORM_REG_VECS, Grid>(xs, hin, delta, hout, norm_w, K, eps, red);
+  rmsnorm_row_regs<GEMV_NORM_REG_VECS, Grid, DEFER>(xs, hin, delta, hout, norm_w, K, eps, red);
 }
 
 // x[r, :] for every row into shared memory; ends with a barrier (x is then ready).
 // LEAN (the *_row entries): only the one-row register path is compiled; a launch it does not
 // fit traps (the launcher never makes one: fixedgraph/ops/gemv.py's row_path).
-template <bool LEAN = false, class Grid = HwGrid>
+// DEFER (LEAN only): x = bf16(norm_w * h), the outputs scaled by norm_scale (rmsnorm_row_regs).
+template <bool LEAN = false, class Grid = HwGrid, bool DEFER = false>
 __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, const bf16* delta, float* hout,
                                                  const bf16* norm_w, uint32_t rows, uint32_t K, float eps,
                                                  float (*red)[GEMV_MAX_WARPS]) {
@@ -238,13 +269,14 @@ __device__ __forceinline__ void rmsnorm_prologue(bf16* xs, const float* hin, con
     // small models), so the code run after the wait is that straight line, not four predicated
     // copies; the same per-element order and bits.
     if (LEAN && K / 4 <= blockDim.x)
-      rmsnorm_row_regs<1, Grid>(xs, hin, delta, hout, norm_w, K, eps, red);
+      rmsnorm_row_regs<1, Grid, DEFER>(xs, hin, delta, hout, norm_w, K, eps, red);
     else if (LEAN)
-      rmsnorm_row_regs_wide<Grid>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
+      rmsnorm_row_regs_wide<Grid, DEFER>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
     else
       rmsnorm_row_regs<GEMV_NORM_REG_VECS, Grid>(xs, hin, delta, hout, norm_w, K, eps, red);  // ends in a barrier
     return;
   }
+  static_assert(LEAN || !DEFER, "the deferred norm has only the lean one-row path");
   if constexpr (LEAN) {
     __trap();
   } else {

@@ -115,9 +115,10 @@ def _finish(y: np.ndarray, v, bias: bool, out_f32: bool) -> np.ndarray:
 
 def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int, *, delta: bool,
                  hidden_out: bool, bias: bool, out_f32: bool, silu: bool = False, lean: bool | None = None,
-                 **launch_kw) -> KernelCase:
+                 defer: bool = False, **launch_kw) -> KernelCase:
     """gemv_rmsnorm; with ``silu``, gemv_rmsnorm_silu (N = 2I rows of W, out [rows, I]).
-    launch_kw: the launcher's split / preload."""
+    defer: the deferred-norm row entry (gemv_rmsnorm_bf16_row_dn), against its own formula:
+    x = bf16(norm_w * h), out = (x @ W.T) / rms(h) (+ bias). launch_kw: the launcher's split / preload."""
     hidden = rng.standard_normal((rows, K)) * 2
     if not delta:
         hidden[0] *= 1e-3  # mean(h^2) ~ 4e-6: eps = 1e-6 visibly changes row 0
@@ -137,12 +138,15 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
     if silu:
         gemv_rmsnorm_silu(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
                           Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
-                          Ref("bias") if bias else None, rows, N // 2, K, EPS, label=name, lean=lean, **launch_kw)
+                          Ref("bias") if bias else None, rows, N // 2, K, EPS, label=name, lean=lean, defer=defer,
+                          **launch_kw)
     else:
         gemv_rmsnorm(prog, Ref("out"), Ref("hidden_in"), Ref("delta") if delta else None,
                      Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
                      Ref("bias") if bias else None, rows, N, K, EPS, out_f32=out_f32, label=name, lean=lean,
-                     **launch_kw)
+                     defer=defer, **launch_kw)
+    if defer and prog.launches[-1].entry != "gemv_rmsnorm_bf16_row_dn":
+        raise AssertionError(f"{name}: the launch took {prog.launches[-1].entry}, not the deferred-norm row entry")
 
     def reference(v):
         h = v["hidden_in"].astype(np.float64)
@@ -150,8 +154,12 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
             h = h + v["delta"].astype(np.float64)  # exact in float64; the kernel rounds once to f32
         h = h.astype(np.float32).astype(np.float64)
         inv_rms = 1.0 / np.sqrt(np.mean(h * h, axis=1, keepdims=True) + EPS)
-        x = _rb(v["norm_w"].astype(np.float64) * _rb(h * inv_rms))
-        y = _finish(x @ v["w"].astype(np.float64).T, v, bias, out_f32)
+        if defer:  # the scale after the multiply, before the bias
+            x = _rb(v["norm_w"].astype(np.float64) * h)
+            y = _finish((x @ v["w"].astype(np.float64).T) * inv_rms, v, bias, out_f32)
+        else:
+            x = _rb(v["norm_w"].astype(np.float64) * _rb(h * inv_rms))
+            y = _finish(x @ v["w"].astype(np.float64).T, v, bias, out_f32)
         if silu:  # y is gate_up rounded to bf16: act.cu's silu_mul on its halves
             gate, up = y[:, : N // 2], y[:, N // 2:]
             y = _rb(_rb(gate / (1.0 + np.exp(-gate))) * up)
@@ -163,7 +171,8 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
     checks = {"out": FUSED_F32_OUT if out_f32 else SILU_EPILOGUE_OUT if silu else BF16_OUT}
     if hidden_out:
         checks["hidden_out"] = Check()  # exactly hidden_in + delta in fp32
-    notes = f"rows={rows} N={N} K={K} delta={delta} hidden_out={hidden_out} bias={bias} f32out={out_f32}"
+    notes = (f"rows={rows} N={N} K={K} delta={delta} hidden_out={hidden_out} bias={bias} f32out={out_f32}"
+             + (" deferred norm" if defer else ""))
     return KernelCase(name, prog, buffers, checks, reference=reference, notes=notes)
 
 
@@ -401,3 +410,35 @@ def rmsnorm_row_partial_tile_case(rng):
     """gemv_rmsnorm_bf16_row (mode 0) on a width that leaves a partial 16-column tile, with bias."""
     return rmsnorm_case("gemv_rmsnorm_row_r1_1000x2048_delta_hout_bias", rng, 1, 1000, 2048, delta=True,
                         hidden_out=True, bias=True, out_f32=False)
+
+
+# ---- the deferred-norm row entry (gemv_rmsnorm_bf16_row_dn, FIXEDGRAPH_NORM_DEFER=1) -----------
+# Qwen3-0.6B's norm + qkv and norm + gate_up + SiLU (K = 1024: one register vector a thread),
+# 8B-class K = 4096 with N cut (the wide register path, called out of line), a partial
+# 16-column tile with bias, and no delta with a tiny row (eps visible).
+DEFER_CASES = [  # (name, N, K, silu, delta, hidden_out, bias)
+    ("gemv_rmsnorm_row_dn_r1_4096x1024_delta_hout", 4096, 1024, False, True, True, False),
+    ("gemv_rmsnorm_silu_row_dn_r1_3072x1024_delta_hout", 6144, 1024, True, True, True, False),
+    ("gemv_rmsnorm_row_dn_r1_384x4096_delta_bias", 384, 4096, False, True, False, True),
+    ("gemv_rmsnorm_silu_row_dn_r1_640x4096_delta_hout_bias", 1280, 4096, True, True, True, True),
+    ("gemv_rmsnorm_row_dn_r1_1000x2048_hout_bias", 1000, 2048, False, False, True, True),
+]
+for _c in DEFER_CASES:
+    def _register_defer(name=_c[0], N=_c[1], K=_c[2], silu=_c[3], delta=_c[4], hidden_out=_c[5], bias=_c[6]):
+        @kernel_case(name)
+        def factory(rng):
+            return rmsnorm_case(name, rng, 1, N, K, delta=delta, hidden_out=hidden_out, bias=bias, out_f32=False,
+                                silu=silu, defer=True)
+
+    _register_defer()
+
+
+@kernel_case("gemv_rmsnorm_row_dn_random_shape")
+def rmsnorm_row_dn_random_case(rng):
+    """The deferred-norm row entry on a fresh one-row shape (K % 8 == 0, K <= 2048) and options."""
+    silu = bool(rng.integers(2))
+    N = 2 * int(rng.integers(1, 1200)) if silu else int(rng.integers(1, 2400))
+    K = 8 * int(rng.integers(1, 257))
+    f = [bool(b) for b in rng.integers(0, 2, 3)]
+    return rmsnorm_case("gemv_rmsnorm_row_dn_random_shape", rng, 1, N, K, delta=f[0], hidden_out=f[1], bias=f[2],
+                        out_f32=False, silu=silu, defer=True)

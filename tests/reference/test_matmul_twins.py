@@ -435,3 +435,36 @@ def test_row_gemvs_share_one_entry():
     for a, b, mode in zip(row[:2], generic[:2], (0, ROW_SILU | ROW_LATE)):
         assert a.args == b.args + (mode,) and (a.grid, a.block, a.shared) == (b.grid, b.block, b.shared)
     assert row[2] == generic[2]
+
+
+def test_norm_defer_knob_takes_the_deferred_row_entry(monkeypatch):
+    """FIXEDGRAPH_NORM_DEFER=1: the one-row norm GEMVs take gemv_rmsnorm_bf16_row_dn with the row
+    entry's arguments, mode, grid and shared memory; launches off the row path (two rows, f32 out)
+    keep the generic entries; defer= overrides the knob; a value other than 0 / 1 is refused."""
+    from fixedgraph.ops.gemv import ROW_LATE, ROW_SILU, gemv_rmsnorm, gemv_rmsnorm_silu
+
+    def launches(defer=None):
+        p = Program("p")
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6,
+                     defer=defer)
+        gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 3072, 1024, 1e-6,
+                          defer=defer)
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 2, 4096, 1024, 1e-6,
+                     defer=defer)
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6,
+                     out_f32=True, defer=defer)
+        return p.launches
+
+    monkeypatch.delenv("FIXEDGRAPH_NORM_DEFER", raising=False)
+    plain = launches()
+    monkeypatch.setenv("FIXEDGRAPH_NORM_DEFER", "1")
+    dn = launches()
+    assert [l.entry for l in dn] == ["gemv_rmsnorm_bf16_row_dn"] * 2 + ["gemv_rmsnorm_bf16", "gemv_rmsnorm_bf16_f32out"]
+    assert [l.args[-1] for l in dn[:2]] == [0, ROW_SILU | ROW_LATE]
+    for a, b in zip(dn, plain):
+        assert (a.args, a.grid, a.block, a.shared) == (b.args, b.grid, b.block, b.shared)
+    assert [l.entry for l in launches(defer=False)][:2] == ["gemv_rmsnorm_bf16_row"] * 2
+    monkeypatch.setenv("FIXEDGRAPH_NORM_DEFER", "yes")
+    with pytest.raises(ValueError, match="FIXEDGRAPH_NORM_DEFER='yes'"):
+        launches()
+    assert [l.entry for l in launches(defer=True)][:2] == ["gemv_rmsnorm_bf16_row_dn"] * 2

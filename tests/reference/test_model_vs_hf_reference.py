@@ -54,3 +54,13 @@ def test_cast_model_keeps_the_rotary_frequencies_exact():
     assert all(got[n].dtype == torch.float32 and torch.equal(got[n], b) for n, b in exact.items())
     model.to(torch.bfloat16)  # what cast_model avoids
     assert not all(torch.equal(dict(model.named_buffers())[n].float(), b) for n, b in exact.items())
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_teacher_forced_logits_with_the_deferred_norm(name, tmp_path, rng, monkeypatch):
+    # FIXEDGRAPH_NORM_DEFER=1: the one-row norm GEMVs take gemv_rmsnorm_bf16_row_dn (x = norm_w * h,
+    # 1/rms applied to the outputs), within the same margins of float32 transformers
+    monkeypatch.setenv("FIXEDGRAPH_NORM_DEFER", "1")
+    llm, _, _ = check_teacher_forced(name, "reference", tmp_path, rng, prompt_len=40, n_new=12, chunk=16)
+    entries = [op.entry for op in llm.model.decode_program(1, False, llm.model.ctx_buckets[0]).launches]
+    assert "gemv_rmsnorm_bf16_row_dn" in entries and "gemv_rmsnorm_bf16_row" not in entries

@@ -11,7 +11,7 @@ import numpy as np
 from fixedgraph import bf16
 from fixedgraph.backends.reference.twins import twin
 from fixedgraph.backends.reference.twins.argmax import argmax_nan_low
-from fixedgraph.backends.reference.twins.embed_norm import rms_norm_bf16
+from fixedgraph.backends.reference.twins.embed_norm import rms_norm_bf16, rms_scale
 
 GEMV_BLOCKS = ((256, 1, 1), (512, 1, 1))  # the block sizes the kernels' warp layout takes
 
@@ -64,14 +64,21 @@ def gemv_bf16_f32out(mem, grid, block, out, x, w, bias, rows, N, K, split):
     store(mem, out, linear_f32(mem, x, w, bias, rows, N, K), out_f32=True)
 
 
-def _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, out_f32, silu=False):
+def _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, out_f32, silu=False,
+                  defer=False):
     h = mem.view(hidden_in, np.float32, rows * K).reshape(rows, K).copy()  # [rows, K] f32
     if delta:
         h += bf16.to_f32(mem.view(delta, np.uint16, rows * K).reshape(rows, K))  # fp32 add
     if hidden_out:
         mem.view(hidden_out, np.float32, rows * K)[:] = h.ravel()
-    x = rms_norm_bf16(h, bf16.to_f32(mem.view(norm_w, np.uint16, K)), eps)  # add_rmsnorm's rounding
-    y = matmul_f32(mem, x, w, bias, N, K)
+    wn = bf16.to_f32(mem.view(norm_w, np.uint16, K))
+    if defer:  # gemv_rmsnorm_bf16_row_dn: x = bf16(w * h); the products scaled by 1 / rms, then the bias
+        y = matmul_f32(mem, bf16.round_f32(wn * h), w, 0, N, K) * rms_scale(h, K, eps)
+        if bias:
+            y += bf16.to_f32(mem.view(bias, np.uint16, N))
+    else:
+        x = rms_norm_bf16(h, wn, eps)  # add_rmsnorm's rounding
+        y = matmul_f32(mem, x, w, bias, N, K)
     if silu:  # gate_up rounded to bf16 as if stored, then silu_mul: [rows, N/2]
         gu = bf16.round_f32(y)
         y = silu_mul_f32(gu[:, : N // 2], gu[:, N // 2:])
@@ -169,3 +176,20 @@ def gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, n
                 threads=block[0])
     (gemv_rmsnorm_silu_bf16 if mode & 1 else gemv_rmsnorm_bf16)(mem, grid, block, out, hidden_in, delta, hidden_out,
                                                                norm_w, w, bias, rows, N, K, split, eps)
+
+
+@twin("gemv_rmsnorm_bf16_row_dn")
+def gemv_rmsnorm_bf16_row_dn(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
+                             split, eps, mode):
+    # gemv_rmsnorm_bf16_row's launch rules and mode bits, the norm deferred: x = bf16(norm_w * h),
+    # out = (x @ w.T) / rms(h) (+ bias) (mode bit 0: gate and up so, then silu_mul)
+    if mode & ~3:
+        raise ValueError(f"gemv_rmsnorm_bf16_row_dn: mode {mode} (bit 0: SiLU pairs, bit 1: signal late)")
+    _lean_check("gemv_rmsnorm_bf16_row_dn", K, rows, (hidden_in, 16), (hidden_out, 16), (delta, 8), (norm_w, 8),
+                (w, 16), threads=block[0])
+    _check_block("gemv_rmsnorm_bf16_row_dn", block)
+    silu = bool(mode & 1)
+    if silu and N % 2:
+        return  # the kernel refuses an odd N and writes nothing
+    _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, False, silu=silu,
+                  defer=True)
