@@ -202,6 +202,7 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
       }
     }
     xs_zero_tail(xs, 1, K);
+    if (threadIdx.x >= (bd >> 5) && threadIdx.x < GEMV_MAX_WARPS) red[0][threadIdx.x] = 0.0f;  // norm_scale's tree
     ss = warp_sum(ss);
     if (lane == 0) red[0][warp] = ss;
     __syncthreads();  // x and the warps' sums ready; NOTE: red[0] must stay until norm_scale
@@ -232,12 +233,17 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
 
 #define GEMV_NORM_REG_VECS 4  // rmsnorm_row_regs: float4 vectors per thread (K <= 16 * blockDim)
 
-// 1 / rms of the row whose per-warp sums of squares rmsnorm_row_regs<.., DEFER> left in red[0]:
-// the warps' sums in warp order, then MUFU's reciprocal square root and division (~2 ulp of
-// fp32, where the undeferred path's exact forms branch to slow paths on the storing warps' way).
+// 1 / rms of the row whose per-warp sums of squares rmsnorm_row_regs<.., DEFER> left in red[0]
+// (zeros past the CTA's warps): a fixed tree over the 16 slots (four 16-byte loads, four adds
+// deep), then MUFU's reciprocal square root and division (~2 ulp of fp32, where the undeferred
+// path's exact forms branch to slow paths). Straight-line: it is inlined at each of the body's
+// store sites, code run cold after the PDL wait (a loop over the warps was ~1.5 KB a site).
 __device__ __forceinline__ float norm_scale(const float (*red)[GEMV_MAX_WARPS], uint32_t K, float eps) {
-  float sum = 0.0f;
-  for (uint32_t w = 0; w < (blockDim.x >> 5); ++w) sum += red[0][w];
+  static_assert(GEMV_MAX_WARPS == 16, "norm_scale sums red[0] as four float4s");
+  const float4* r4 = reinterpret_cast<const float4*>(red[0]);
+  const float4 a = r4[0], b = r4[1], c = r4[2], d = r4[3];
+  const float sum = (((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w))) +
+                    (((c.x + c.y) + (c.z + c.w)) + ((d.x + d.y) + (d.z + d.w)));
   return rsqrtf(__fdividef(sum, (float)K) + eps);
 }
 
