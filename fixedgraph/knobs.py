@@ -67,7 +67,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("FIXEDGRAPH_GEMV_LEAN", "tuning", "1", "0 keeps the generic GEMV entries where the lean ones fit",
          "fixedgraph.ops.gemv.lean_enabled"),
     Knob("FIXEDGRAPH_NORM_DEFER", "tuning", "0", "1: one-row norm GEMVs take gemv_rmsnorm_bf16_row_dn (x = norm_w * h, "
-         "outputs scaled by 1/rms after the multiply)", "fixedgraph.ops.gemv.norm_defer_enabled"),
+         "outputs scaled by 1/rms after the multiply); 2: gemv_rmsnorm_bf16_row_dw (x built warp by warp, no CTA "
+         "barrier before the multiply) where a warp's k slice fits, else _dn", "fixedgraph.ops.gemv.norm_defer_mode"),
     Knob("FIXEDGRAPH_GEMV_FUSED_SPLIT", "tuning", "-1", "k split of the fused GEMV launches: -1 auto, 0 the "
          "gemv_split rule, or a power of two", "fixedgraph.ops.gemv.fused_split"),
     Knob("FIXEDGRAPH_GEMV_NARROW", "tuning", "auto", "plain GEMVs of 512 threads as 256-thread CTAs: auto, 1 or 0",

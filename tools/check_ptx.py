@@ -53,7 +53,8 @@ def smem_budget() -> dict[str, int]:
     from fixedgraph.ops import gemv
 
     return {e: gemv.STATIC_SMEM for e in ("gemv_bf16", "gemv_bf16_vec", "gemv_rmsnorm_bf16_row",
-                                           "gemv_rmsnorm_bf16_row_dn", "gemv_rmsnorm_bf16", "gemv_rmsnorm_silu_bf16")}
+                                           "gemv_rmsnorm_bf16_row_dn", "gemv_rmsnorm_bf16_row_dw", "gemv_rmsnorm_bf16",
+                                           "gemv_rmsnorm_silu_bf16")}
 
 
 def main() -> int:

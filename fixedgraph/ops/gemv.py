@@ -318,20 +318,41 @@ def lean_enabled(lean: bool | None = None) -> bool:
     return os.environ.get("FIXEDGRAPH_GEMV_LEAN", "1") != "0"
 
 
-def norm_defer_enabled(defer: bool | None = None) -> bool:
-    """Whether one-row norm GEMVs take the deferred-norm entry ``gemv_rmsnorm_bf16_row_dn``
-    (x = bf16(norm_w * h), each output scaled by 1 / rms after the multiply; its results agree with
-    ``gemv_rmsnorm_bf16_row``'s to about one bf16 step): ``defer`` if given, else
-    FIXEDGRAPH_NORM_DEFER ("1"; default "0", an A/B entry until measured)."""
+def norm_defer_mode(defer: int | bool | None = None) -> int:
+    """Which form the one-row norm GEMVs take: 0 ``gemv_rmsnorm_bf16_row``; 1 its deferred-norm form
+    ``gemv_rmsnorm_bf16_row_dn`` (x = bf16(norm_w * h), each output scaled by 1 / rms after the
+    multiply; results agree with _row's to about one bf16 step); 2 ``gemv_rmsnorm_bf16_row_dw`` (the
+    same, x built warp by warp with no CTA barrier before the multiply) where a warp's k slice fits
+    (``row_warp_fits``), else _dn. ``defer`` if given (True: 1), else FIXEDGRAPH_NORM_DEFER
+    (default 0: A/B entries until measured)."""
     if defer is not None:
-        return bool(defer)
-    raw = os.environ.get("FIXEDGRAPH_NORM_DEFER", "0").strip()
-    if raw not in ("0", "1"):
-        raise ValueError(f"FIXEDGRAPH_NORM_DEFER={raw!r}: use 1 (the deferred-norm row entry) or 0 (default)")
-    return raw == "1"
+        mode = int(defer)
+    else:
+        raw = os.environ.get("FIXEDGRAPH_NORM_DEFER", "0").strip()
+        if raw not in ("0", "1", "2"):
+            raise ValueError(f"FIXEDGRAPH_NORM_DEFER={raw!r}: use 0 (default), 1 (the deferred-norm row entry) or 2 "
+                             "(its warp-private form where it fits)")
+        mode = int(raw)
+    if mode not in (0, 1, 2):
+        raise ValueError(f"norm defer mode {defer!r}: 0, 1 or 2")
+    return mode
 
 
-ROW_ENTRIES = ("gemv_rmsnorm_bf16_row", "gemv_rmsnorm_bf16_row_dn")  # the one-row norm GEMVs (mode bits below)
+def row_warp_fits(K: int, split: int) -> bool:
+    """gemv_rmsnorm_bf16_row_dw builds a warp's k slice with one 8-element chunk a lane: at most 8
+    k32 blocks a slice (Qwen3-0.6B's K = 1024 at split 4)."""
+    return -(-K // 32) <= 8 * split
+
+
+def _row_entry_for(N: int, K: int, rows: int, split: int | None, defer: int | bool | None) -> str:
+    """The one-row norm GEMV entry of a launch on the row path (norm_defer_mode)."""
+    mode = norm_defer_mode(defer)
+    if mode == 2 and row_warp_fits(K, _split_arg(N, K, fused_split(N, K, rows, split))):
+        return "gemv_rmsnorm_bf16_row_dw"
+    return "gemv_rmsnorm_bf16_row_dn" if mode else "gemv_rmsnorm_bf16_row"
+
+
+ROW_ENTRIES = ("gemv_rmsnorm_bf16_row", "gemv_rmsnorm_bf16_row_dn", "gemv_rmsnorm_bf16_row_dw")  # mode bits below
 
 
 def _aligned(a: Arg | None, n: int) -> bool:
@@ -413,7 +434,7 @@ ROW_SILU, ROW_LATE = 1, 2
 def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                  norm_w: Arg, w: Arg, bias: Arg | None, rows: int, N: int, K: int, eps: float,
                  out_f32: bool = False, label: str = "", split: int | None = None, lean: bool | None = None,
-                 preload: bool | int = True, defer: bool | None = None) -> int:
+                 preload: bool | int = True, defer: int | bool | None = None) -> int:
     """out = rmsnorm(hidden_in + delta) @ w.T (+ bias), replacing add_rmsnorm + gemv.
 
     h = hidden_in + float(delta) in fp32; x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps)))
@@ -426,9 +447,9 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
     hidden_out): ping-pong two residual buffers.
     norm_w: [K] bf16. w: [N, K] bf16. bias: [N] bf16 or None. rows: 1..8. eps: variance epsilon.
     split: the k split, None: ``fused_split``'s. preload: as ``gemv``'s (tests).
-    defer: where the lean one-row entry applies, its deferred-norm form ``gemv_rmsnorm_bf16_row_dn``
-      (None: FIXEDGRAPH_NORM_DEFER, ``norm_defer_enabled``): x = bf16(norm_w * h) and
-      out = (x @ w.T) / rms(h) (+ bias).
+    defer: where the lean one-row entry applies, 1 its deferred-norm form ``gemv_rmsnorm_bf16_row_dn``
+      (x = bf16(norm_w * h), out = (x @ w.T) / rms(h) (+ bias)), 2 that built warp by warp
+      (``gemv_rmsnorm_bf16_row_dw``) where it fits; None: FIXEDGRAPH_NORM_DEFER (``norm_defer_mode``).
     Returns the op index.
     """
     rows, N, K = _check("gemv_rmsnorm", rows, N, K)
@@ -436,8 +457,9 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
         raise ValueError("gemv_rmsnorm: hidden_out must not alias hidden_in; ping-pong two residual buffers")
     entry = "gemv_rmsnorm_bf16_f32out" if out_f32 else "gemv_rmsnorm_bf16"
     if not out_f32 and lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
-        # the same results, a third of the code (lean_enabled); or the deferred norm's form
-        entry = "gemv_rmsnorm_bf16_row_dn" if norm_defer_enabled(defer) else "gemv_rmsnorm_bf16_row"
+        # "gemv_rmsnorm_bf16_row": the same results, a third of the code (lean_enabled); or its deferred-norm
+        # forms "gemv_rmsnorm_bf16_row_dn" / "gemv_rmsnorm_bf16_row_dw" (norm_defer_mode)
+        entry = _row_entry_for(N, K, rows, split, defer)
     head = (out, hidden_in, _ptr(delta), _ptr(hidden_out), norm_w, w, _ptr(bias))
     tail = (0,) if entry in ROW_ENTRIES else ()  # mode: bf16 out, signalling early
     return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload, tail=tail)
@@ -446,7 +468,7 @@ def gemv_rmsnorm(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hid
 def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None, hidden_out: Arg | None,
                       norm_w: Arg, w: Arg, bias: Arg | None, rows: int, I: int, K: int, eps: float,
                       label: str = "", split: int | None = None, lean: bool | None = None,
-                      preload: bool | int = True, defer: bool | None = None) -> int:
+                      preload: bool | int = True, defer: int | bool | None = None) -> int:
     """The MLP's activation straight from the residual stream, replacing add_rmsnorm + gate_up
     GEMV + silu_mul: gate_up = rmsnorm(hidden_in + delta) @ w.T (+ bias) (gemv_rmsnorm's
     rounding), out[r, j] = bf16(bf16(silu(gate_up[r, j])) * gate_up[r, I + j]) (silu_mul's).
@@ -464,8 +486,8 @@ def gemv_rmsnorm_silu(prog: Program, out: Arg, hidden_in: Arg, delta: Arg | None
     if lean_enabled(lean) and row_path(rows, N, K, hidden_in, delta, hidden_out, norm_w, w):
         # the same results from norm + qkv's code (gemv.cu), signalling late: down_proj's launch
         # and its W copy then wait for this one's wait instead of landing during o_proj
-        entry = "gemv_rmsnorm_bf16_row_dn" if norm_defer_enabled(defer) else "gemv_rmsnorm_bf16_row"
-        return _fused_launch(prog, entry, head, rows, N, K, eps, label, split, preload=preload,
+        return _fused_launch(prog, _row_entry_for(N, K, rows, split, defer), head, rows, N, K, eps, label, split,
+                             preload=preload,
                              tail=(ROW_SILU | ROW_LATE,))
     return _fused_launch(prog, "gemv_rmsnorm_silu_bf16", head, rows, N, K, eps, label, split, preload=preload)
 

@@ -62,17 +62,96 @@ struct NoPrologue {
 
 struct NoEpilogue {
   static constexpr bool kScale = false;  // outputs as summed (NormScale: times the row's 1/rms)
+  static constexpr bool kWarpX = false;  // x built by the prologue (WarpNormX: by each warp, its k slice)
   __device__ __forceinline__ void value(int, uint32_t, uint32_t, float) {}
 };
 
 // The deferred-norm row entry's (gemv_rmsnorm_bf16_row_dn): every output times the row's 1/rms
 // (norm_scale of the prologue's per-warp sums, gemv.cuh) before its bias and rounding.
 struct NormScaleEpilogue {
-  static constexpr bool kScale = true;
+  static constexpr bool kScale = true, kWarpX = false;
   const float (*red)[GEMV_MAX_WARPS];  // GemvShared::norm: red[0][w], warp w's sum of squares
   uint32_t K;
   float eps;
   __device__ __forceinline__ float scale() const { return norm_scale(red, K, eps); }
+  __device__ __forceinline__ void value(int, uint32_t, uint32_t, float) {}
+};
+
+// The warp-private deferred norm (gemv_rmsnorm_bf16_row_dw): no CTA-wide prologue. Each warp
+// builds in shared memory only the x its own k slice reads (k32 blocks ks, ks + S, ...: x =
+// bf16(norm_w * h), h = hidden_in + delta), with its sum of squares over that slice, and goes
+// on to its mma after a __syncwarp: the first CTA barrier is the k-split reduce's, where the S
+// warps of a tile (whose slices cover K once) publish their sums for the storing warp's 1/rms.
+// Warps of other tiles with the same slice write the same bits to the same addresses (each
+// reads only after its own writes). Tile group 0 of CTA 0 stores hidden_out (each k once).
+// NOTE: one 8-element chunk a lane, so a slice of at most 8 k32 blocks (kblocks <= 8 * S: the
+// small models' layers, e.g. Qwen3-0.6B's K = 1024 at S = 4); the launcher takes this entry
+// only then (fixedgraph/ops/gemv.py's row_warp_fits); otherwise it traps. The straight-line
+// code after the wait is what its slice needs and no more (cold code: ~0.15-0.3 us a KB).
+struct WarpNormX {
+  static constexpr bool kScale = true, kWarpX = true;
+  bf16* xs;                     // shared x row (gemv_xs)
+  const float* hin;
+  const bf16* delta;            // or NULL
+  float* hout;                  // or NULL
+  const bf16* norm_w;
+  float (*part)[GEMV_MAX_WARPS];  // GemvShared::norm: part[0][w], warp w's sum over its slice
+  uint32_t K;
+  float eps;
+  float ss = 0.0f;              // this warp's sum of squares over its slice (every lane)
+
+  __device__ __forceinline__ void build(uint32_t ks, uint32_t S, uint32_t kblocks, bool write_h) {
+    if (kblocks > 8u * S) __trap();  // fixedgraph/ops/gemv.py's row_warp_fits
+    const uint32_t lane = threadIdx.x & 31u;
+    const uint32_t kb = ks + (lane >> 2) * S;  // lane: 8 elements of k32 block kb of the slice
+    const uint32_t k = kb * 32u + (lane & 3u) * 8u;
+    const bool in = kb < kblocks, ok = k < K;  // in && !ok: a zero tail of the last k32 block
+    float h[2][4], w[2][4];
+    if (ok) {
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        load_f32<4>(hin + k + 4 * v, h[v]);
+        load_bf16<4>(norm_w + k + 4 * v, w[v]);
+      }
+      if (delta) {
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+          float d[4];
+          load_bf16<4>(delta + k + 4 * v, d);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) h[v][e] += d[e];
+        }
+      }
+    }
+    float s = 0.0f;
+    if (in) {
+      float y[8];
+#pragma unroll
+      for (int v = 0; v < 2; ++v)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          y[4 * v + e] = ok ? w[v][e] * h[v][e] : 0.0f;
+          s += ok ? h[v][e] * h[v][e] : 0.0f;
+        }
+      store_bf16<8>(xs + k, y);
+      if (write_h && ok && hout) {
+        store_f32<4>(hout + k, h[0]);
+        store_f32<4>(hout + k + 4, h[1]);
+      }
+    }
+    ss = warp_sum(s);
+    __syncwarp();  // the warp's x stores before its load_x reads
+  }
+  // 1/rms from the S slice sums of the tile whose first warp is `warp` (after the reduce's
+  // barrier), in slice order; S == 1: the warp's own sum covers K.
+  __device__ __forceinline__ float scale_of(uint32_t warp, uint32_t S) const {
+    float sum = ss;
+    if (S > 1) {
+      sum = part[0][warp];
+      for (uint32_t j = 1; j < S; ++j) sum += part[0][warp + j];
+    }
+    return rsqrtf(__fdividef(sum, (float)K) + eps);
+  }
   __device__ __forceinline__ void value(int, uint32_t, uint32_t, float) {}
 };
 
@@ -243,7 +322,10 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     FG_PDL_WAIT_ONLY();
     if (late_rt) FG_PDL_TRIGGER();
   }
-  prologue();
+  if constexpr (Epilogue::kWarpX)  // this warp's k slice of x (tile group 0 of CTA 0: hidden_out too)
+    epi.build(ks, S, kblocks, Grid::bid() == 0 && slot == 0);
+  else
+    prologue();
   FG_TRACE_MARK(0);  // x ready (the fused entries: normed / activated into shared memory)
 
   // One 16-column tile x 8 rows from r0; with_pre: its first `depth` W batches are in the preload area.
@@ -280,7 +362,10 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
     // The deferred norm's 1/rms (Epilogue::kScale), for the warps that store: its loads and
     // square root wait on the k-split reduce's barrier beside the other warps' slices.
     float osc = 1.0f;
-    if constexpr (Epilogue::kScale) {
+    if constexpr (Epilogue::kWarpX) {
+      if (S > 1 && lane == 0) epi.part[0][warp] = epi.ss;  // before the reduce's first barrier
+      if (S == 1) osc = epi.scale_of(warp, 1u);
+    } else if constexpr (Epilogue::kScale) {
       if (ks == 0) osc = epi.scale();
     }
     auto scaled = [&](float a) {
@@ -296,6 +381,7 @@ __device__ __forceinline__ void gemv_body(void* __restrict__ out,         // [ro
           const float4 p = red[warp + j][lane];
           acc[0] += p.x; acc[1] += p.y; acc[2] += p.z; acc[3] += p.w;
         }
+        if constexpr (Epilogue::kWarpX) osc = epi.scale_of(warp, S);
       }
       __syncthreads();  // NOTE: red is rewritten by the next group's warps
     }
@@ -383,18 +469,24 @@ __device__ __forceinline__ void gemv_entry(void* out, const bf16* x, const bf16*
       out, x, W, bias, rows, N, K, split, sh.red, NoPrologue{});
 }
 
-// DEFER (LEAN, one row): the deferred norm (gemv.cuh's rmsnorm_row_regs; gemv_rmsnorm_bf16_row_dn).
-template <int MODE, bool LEAN = false, bool DEFER = false>
+// DEFER (LEAN, one row): 1 the deferred norm (gemv.cuh's rmsnorm_row_regs; gemv_rmsnorm_bf16_row_dn),
+// 2 its warp-private form (WarpNormX; gemv_rmsnorm_bf16_row_dw).
+template <int MODE, bool LEAN = false, int DEFER = 0>
 __device__ __forceinline__ void gemv_rmsnorm_entry(void* out, const float* hin, const bf16* delta, float* hout,
                                                    const bf16* norm_w, const bf16* W, const bf16* bias,
                                                    uint32_t rows, uint32_t N, uint32_t K, uint32_t split, float eps,
                                                    bool silu_rt = false, bool late_rt = false) {
   __shared__ GemvShared sh;
   if ((blockDim.x & 31u) != 0 || blockDim.x > 32 * GEMV_MAX_WARPS) return;
+  static_assert(DEFER == 0 || (LEAN && MODE == OUT_ROW), "the deferred norms are one-row lean entries");
   auto pro = [&]() {
-    rmsnorm_prologue<LEAN, HwGrid, DEFER>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm);
+    rmsnorm_prologue<LEAN, HwGrid, DEFER == 1>(gemv_xs, hin, delta, hout, norm_w, rows, K, eps, sh.norm);
   };
-  if constexpr (DEFER)
+  if constexpr (DEFER == 2)
+    gemv_dispatch<MODE, true, NoPrologue, WarpNormX, GEMV_UNROLL, LEAN>(
+        out, gemv_xs, W, bias, rows, N, K, split, sh.red, NoPrologue{},
+        WarpNormX{gemv_xs, hin, delta, hout, norm_w, sh.norm, K, eps}, silu_rt, late_rt);
+  else if constexpr (DEFER == 1)
     gemv_dispatch<MODE, true, decltype(pro), NormScaleEpilogue, GEMV_UNROLL, LEAN>(
         out, gemv_xs, W, bias, rows, N, K, split, sh.red, pro, NormScaleEpilogue{sh.norm, K, eps}, silu_rt, late_rt);
   else
@@ -516,8 +608,25 @@ gemv_rmsnorm_bf16_row_dn(bf16* __restrict__ out, const float* __restrict__ hidde
                          unsigned int split, float eps, unsigned int mode) { FG_KERNEL_BEGIN();
   const bool silu = mode & 1u;
   if (silu && (N & 1u)) return;
-  gemv_rmsnorm_entry<OUT_ROW, true, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
-                                          silu, (mode & 2u) != 0);
+  gemv_rmsnorm_entry<OUT_ROW, true, 1>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
+                                       silu, (mode & 2u) != 0);
+}
+
+// gemv_rmsnorm_bf16_row_dn with x built warp by warp (FIXEDGRAPH_NORM_DEFER=2; an A/B entry, off by
+// default): each warp loads and writes only the x of its own k slice (WarpNormX above), so no CTA
+// barrier stands between h's arrival and a warp's first mma; the S warps of a tile sum their
+// slices' squares in the k-split reduce. Same results as _dn up to the order of that sum. Takes
+// launches whose k slice is at most 8 k32 blocks (kblocks <= 8 * split; traps otherwise).
+extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
+gemv_rmsnorm_bf16_row_dw(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
+                         float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
+                         const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
+                         unsigned int split, float eps, unsigned int mode) { FG_KERNEL_BEGIN();
+  const bool silu = mode & 1u;
+  if (silu && (N & 1u)) return;
+  if (rows != 1u) __trap();  // the one-row entry (the launcher's row path)
+  gemv_rmsnorm_entry<OUT_ROW, true, 2>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
+                                       silu, (mode & 2u) != 0);
 }
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].
@@ -544,7 +653,7 @@ gemv_silu_bf16(bf16* __restrict__ out,            // [rows, N] bf16
 // to 0 for the next launch) reduces the gridDim.x partials of each row and writes the token
 // (and the host-mapped ring slot, as argmax_rows does).
 struct ArgmaxEpilogue {  // only the running bests live in registers through the GEMV
-  static constexpr bool kScale = false;
+  static constexpr bool kScale = false, kWarpX = false;
   float bv[2];  // best of rows 2t + j over this thread's outputs
   int bi[2];
 

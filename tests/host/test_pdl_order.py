@@ -101,13 +101,13 @@ def test_ptx_entries_say_when_they_signal():
 
 def test_committed_ptx_early_entries_are_the_lean_gemvs():
     early = {name for name, (_, e) in entry_index().items() if e.signals_early}
-    # the lean GEMVs (gemv_rmsnorm_bf16_row and its deferred-norm form _dn count as early: norm +
+    # the lean GEMVs (gemv_rmsnorm_bf16_row and its deferred-norm forms _dn, _dw count as early: norm +
     # gate_up + SiLU takes them with the late bit of the mode, layer 0's norm + qkv the generic
     # late entry), and the staging
     # kernel (its successor reads only W early); and the read-floor probe's early twin
     # and handover twin (runtime_test.cu's read_probe_early and read_probe_hand, bench_kernels only:
     # they read only their constant source early)
-    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "gemv_rmsnorm_bf16_row_dn", "stage_meta_ring_embed",
-                     "read_probe_early", "read_probe_hand"}
+    assert early == {"gemv_bf16_vec", "gemv_rmsnorm_bf16_row", "gemv_rmsnorm_bf16_row_dn", "gemv_rmsnorm_bf16_row_dw",
+                     "stage_meta_ring_embed", "read_probe_early", "read_probe_hand"}
     for name in (f"paged_attention_decode_rope_d{d}" for d in (64, 96, 128)):
         assert not entry_index()[name][1].signals_early

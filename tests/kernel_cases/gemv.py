@@ -115,10 +115,11 @@ def _finish(y: np.ndarray, v, bias: bool, out_f32: bool) -> np.ndarray:
 
 def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int, *, delta: bool,
                  hidden_out: bool, bias: bool, out_f32: bool, silu: bool = False, lean: bool | None = None,
-                 defer: bool = False, **launch_kw) -> KernelCase:
+                 defer: int = 0, **launch_kw) -> KernelCase:
     """gemv_rmsnorm; with ``silu``, gemv_rmsnorm_silu (N = 2I rows of W, out [rows, I]).
-    defer: the deferred-norm row entry (gemv_rmsnorm_bf16_row_dn), against its own formula:
-    x = bf16(norm_w * h), out = (x @ W.T) / rms(h) (+ bias). launch_kw: the launcher's split / preload."""
+    defer: 1 / 2 the deferred-norm row entries (gemv_rmsnorm_bf16_row_dn / _dw), against their
+    formula: x = bf16(norm_w * h), out = (x @ W.T) / rms(h) (+ bias). launch_kw: the launcher's
+    split / preload."""
     hidden = rng.standard_normal((rows, K)) * 2
     if not delta:
         hidden[0] *= 1e-3  # mean(h^2) ~ 4e-6: eps = 1e-6 visibly changes row 0
@@ -145,8 +146,9 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
                      Ref("hidden_out") if hidden_out else None, Ref("norm_w"), Ref("w"),
                      Ref("bias") if bias else None, rows, N, K, EPS, out_f32=out_f32, label=name, lean=lean,
                      defer=defer, **launch_kw)
-    if defer and prog.launches[-1].entry != "gemv_rmsnorm_bf16_row_dn":
-        raise AssertionError(f"{name}: the launch took {prog.launches[-1].entry}, not the deferred-norm row entry")
+    want_entry = {1: "gemv_rmsnorm_bf16_row_dn", 2: "gemv_rmsnorm_bf16_row_dw"}.get(defer)
+    if want_entry and prog.launches[-1].entry != want_entry:
+        raise AssertionError(f"{name}: the launch took {prog.launches[-1].entry}, not {want_entry}")
 
     def reference(v):
         h = v["hidden_in"].astype(np.float64)
@@ -172,7 +174,7 @@ def rmsnorm_case(name: str, rng: np.random.Generator, rows: int, N: int, K: int,
     if hidden_out:
         checks["hidden_out"] = Check()  # exactly hidden_in + delta in fp32
     notes = (f"rows={rows} N={N} K={K} delta={delta} hidden_out={hidden_out} bias={bias} f32out={out_f32}"
-             + (" deferred norm" if defer else ""))
+             + (f" deferred norm {defer}" if defer else ""))
     return KernelCase(name, prog, buffers, checks, reference=reference, notes=notes)
 
 
@@ -416,29 +418,42 @@ def rmsnorm_row_partial_tile_case(rng):
 # Qwen3-0.6B's norm + qkv and norm + gate_up + SiLU (K = 1024: one register vector a thread),
 # 8B-class K = 4096 with N cut (the wide register path, called out of line), a partial
 # 16-column tile with bias, and no delta with a tiny row (eps visible).
-DEFER_CASES = [  # (name, N, K, silu, delta, hidden_out, bias)
-    ("gemv_rmsnorm_row_dn_r1_4096x1024_delta_hout", 4096, 1024, False, True, True, False),
-    ("gemv_rmsnorm_silu_row_dn_r1_3072x1024_delta_hout", 6144, 1024, True, True, True, False),
-    ("gemv_rmsnorm_row_dn_r1_384x4096_delta_bias", 384, 4096, False, True, False, True),
-    ("gemv_rmsnorm_silu_row_dn_r1_640x4096_delta_hout_bias", 1280, 4096, True, True, True, True),
-    ("gemv_rmsnorm_row_dn_r1_1000x2048_hout_bias", 1000, 2048, False, False, True, True),
+DEFER_CASES = [  # (name, N, K, silu, delta, hidden_out, bias, defer, split)
+    ("gemv_rmsnorm_row_dn_r1_4096x1024_delta_hout", 4096, 1024, False, True, True, False, 1, None),
+    ("gemv_rmsnorm_silu_row_dn_r1_3072x1024_delta_hout", 6144, 1024, True, True, True, False, 1, None),
+    ("gemv_rmsnorm_row_dn_r1_384x4096_delta_bias", 384, 4096, False, True, False, True, 1, None),
+    ("gemv_rmsnorm_silu_row_dn_r1_640x4096_delta_hout_bias", 1280, 4096, True, True, True, True, 1, None),
+    ("gemv_rmsnorm_row_dn_r1_1000x2048_hout_bias", 1000, 2048, False, False, True, True, 1, None),
+    # _dw: Qwen3-0.6B's two (split 4: 8 k32 blocks a slice), K tails inside the last k32 block (K =
+    # 1000: 31 blocks at split 4, the last 8 elements a zero tail; K = 72 at split 1: the whole row
+    # in one warp, no k-split reduce), split 8 (4 blocks a slice, 8 warps a tile), a partial tile
+    ("gemv_rmsnorm_row_dw_r1_4096x1024_delta_hout", 4096, 1024, False, True, True, False, 2, None),
+    ("gemv_rmsnorm_silu_row_dw_r1_3072x1024_delta_hout", 6144, 1024, True, True, True, False, 2, None),
+    ("gemv_rmsnorm_row_dw_r1_200x1000_delta_hout_bias_split4", 200, 1000, False, True, True, True, 2, 4),
+    ("gemv_rmsnorm_silu_row_dw_r1_40x72_hout_split1", 80, 72, True, False, True, False, 2, 1),
+    ("gemv_rmsnorm_row_dw_r1_1000x1024_delta_bias_split8", 1000, 1024, False, True, False, True, 2, 8),
 ]
 for _c in DEFER_CASES:
-    def _register_defer(name=_c[0], N=_c[1], K=_c[2], silu=_c[3], delta=_c[4], hidden_out=_c[5], bias=_c[6]):
+    def _register_defer(name=_c[0], N=_c[1], K=_c[2], silu=_c[3], delta=_c[4], hidden_out=_c[5], bias=_c[6],
+                        defer=_c[7], split=_c[8]):
         @kernel_case(name)
         def factory(rng):
             return rmsnorm_case(name, rng, 1, N, K, delta=delta, hidden_out=hidden_out, bias=bias, out_f32=False,
-                                silu=silu, defer=True)
+                                silu=silu, defer=defer, **({} if split is None else {"split": split}))
 
     _register_defer()
 
 
 @kernel_case("gemv_rmsnorm_row_dn_random_shape")
 def rmsnorm_row_dn_random_case(rng):
-    """The deferred-norm row entry on a fresh one-row shape (K % 8 == 0, K <= 2048) and options."""
+    """The deferred-norm row entries on a fresh one-row shape (K % 8 == 0, K <= 2048) and options:
+    _dw where a warp's slice fits (FIXEDGRAPH_NORM_DEFER=2's choice), else _dn."""
+    from fixedgraph.ops.gemv import _split_arg, fused_split, row_warp_fits
+
     silu = bool(rng.integers(2))
     N = 2 * int(rng.integers(1, 1200)) if silu else int(rng.integers(1, 2400))
     K = 8 * int(rng.integers(1, 257))
     f = [bool(b) for b in rng.integers(0, 2, 3)]
+    defer = 2 if row_warp_fits(K, _split_arg(N, K, fused_split(N, K, 1))) else 1
     return rmsnorm_case("gemv_rmsnorm_row_dn_random_shape", rng, 1, N, K, delta=f[0], hidden_out=f[1], bias=f[2],
-                        out_f32=False, silu=silu, defer=True)
+                        out_f32=False, silu=silu, defer=defer)

@@ -437,10 +437,12 @@ def test_row_gemvs_share_one_entry():
     assert row[2] == generic[2]
 
 
-def test_norm_defer_knob_takes_the_deferred_row_entry(monkeypatch):
+def test_norm_defer_knob_takes_the_deferred_row_entries(monkeypatch):
     """FIXEDGRAPH_NORM_DEFER=1: the one-row norm GEMVs take gemv_rmsnorm_bf16_row_dn with the row
-    entry's arguments, mode, grid and shared memory; launches off the row path (two rows, f32 out)
-    keep the generic entries; defer= overrides the knob; a value other than 0 / 1 is refused."""
+    entry's arguments, mode, grid and shared memory; =2: gemv_rmsnorm_bf16_row_dw where a warp's k
+    slice is at most 8 k32 blocks (Qwen3-0.6B's K = 1024 at split 4), _dn where not (8B's gate_up,
+    K = 4096 at split 2); launches off the row path (two rows, f32 out) keep the generic entries;
+    defer= overrides the knob; other values are refused."""
     from fixedgraph.ops.gemv import ROW_LATE, ROW_SILU, gemv_rmsnorm, gemv_rmsnorm_silu
 
     def launches(defer=None):
@@ -453,18 +455,27 @@ def test_norm_defer_knob_takes_the_deferred_row_entry(monkeypatch):
                      defer=defer)
         gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6,
                      out_f32=True, defer=defer)
+        gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 12288, 4096,
+                          1e-6, defer=defer)
         return p.launches
 
     monkeypatch.delenv("FIXEDGRAPH_NORM_DEFER", raising=False)
     plain = launches()
-    monkeypatch.setenv("FIXEDGRAPH_NORM_DEFER", "1")
-    dn = launches()
-    assert [l.entry for l in dn] == ["gemv_rmsnorm_bf16_row_dn"] * 2 + ["gemv_rmsnorm_bf16", "gemv_rmsnorm_bf16_f32out"]
-    assert [l.args[-1] for l in dn[:2]] == [0, ROW_SILU | ROW_LATE]
-    for a, b in zip(dn, plain):
-        assert (a.args, a.grid, a.block, a.shared) == (b.args, b.grid, b.block, b.shared)
-    assert [l.entry for l in launches(defer=False)][:2] == ["gemv_rmsnorm_bf16_row"] * 2
+    assert [l.entry for l in plain][:2] == ["gemv_rmsnorm_bf16_row"] * 2
+    generic = ["gemv_rmsnorm_bf16", "gemv_rmsnorm_bf16_f32out"]
+    for mode, first, wide in (("1", "gemv_rmsnorm_bf16_row_dn", "gemv_rmsnorm_bf16_row_dn"),
+                              ("2", "gemv_rmsnorm_bf16_row_dw", "gemv_rmsnorm_bf16_row_dn")):
+        monkeypatch.setenv("FIXEDGRAPH_NORM_DEFER", mode)
+        got = launches()
+        assert [l.entry for l in got] == [first] * 2 + generic + [wide]
+        assert [l.args[-1] for l in got[:2]] == [0, ROW_SILU | ROW_LATE]
+        for a, b in zip(got, plain):
+            assert (a.args, a.grid, a.block, a.shared) == (b.args, b.grid, b.block, b.shared)
+    assert plain[1].args[-3] == 4 and plain[4].args[-3] == 2  # the splits the choice rests on
+    assert [l.entry for l in launches(defer=0)][:2] == ["gemv_rmsnorm_bf16_row"] * 2
+    assert [l.entry for l in launches(defer=True)][:2] == ["gemv_rmsnorm_bf16_row_dn"] * 2
     monkeypatch.setenv("FIXEDGRAPH_NORM_DEFER", "yes")
     with pytest.raises(ValueError, match="FIXEDGRAPH_NORM_DEFER='yes'"):
         launches()
-    assert [l.entry for l in launches(defer=True)][:2] == ["gemv_rmsnorm_bf16_row_dn"] * 2
+    with pytest.raises(ValueError, match="norm defer mode 3"):
+        launches(defer=3)

@@ -178,18 +178,36 @@ def gemv_rmsnorm_bf16_row(mem, grid, block, out, hidden_in, delta, hidden_out, n
                                                                norm_w, w, bias, rows, N, K, split, eps)
 
 
-@twin("gemv_rmsnorm_bf16_row_dn")
-def gemv_rmsnorm_bf16_row_dn(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
-                             split, eps, mode):
+def _row_deferred(entry, mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, split,
+                  eps, mode):
     # gemv_rmsnorm_bf16_row's launch rules and mode bits, the norm deferred: x = bf16(norm_w * h),
     # out = (x @ w.T) / rms(h) (+ bias) (mode bit 0: gate and up so, then silu_mul)
     if mode & ~3:
-        raise ValueError(f"gemv_rmsnorm_bf16_row_dn: mode {mode} (bit 0: SiLU pairs, bit 1: signal late)")
-    _lean_check("gemv_rmsnorm_bf16_row_dn", K, rows, (hidden_in, 16), (hidden_out, 16), (delta, 8), (norm_w, 8),
-                (w, 16), threads=block[0])
-    _check_block("gemv_rmsnorm_bf16_row_dn", block)
+        raise ValueError(f"{entry}: mode {mode} (bit 0: SiLU pairs, bit 1: signal late)")
+    _lean_check(entry, K, rows, (hidden_in, 16), (hidden_out, 16), (delta, 8), (norm_w, 8), (w, 16), threads=block[0])
+    _check_block(entry, block)
     silu = bool(mode & 1)
     if silu and N % 2:
         return  # the kernel refuses an odd N and writes nothing
     _gemv_rmsnorm(mem, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K, eps, False, silu=silu,
                   defer=True)
+
+
+@twin("gemv_rmsnorm_bf16_row_dn")
+def gemv_rmsnorm_bf16_row_dn(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
+                             split, eps, mode):
+    _row_deferred("gemv_rmsnorm_bf16_row_dn", mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias,
+                  rows, N, K, split, eps, mode)
+
+
+@twin("gemv_rmsnorm_bf16_row_dw")
+def gemv_rmsnorm_bf16_row_dw(mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias, rows, N, K,
+                             split, eps, mode):
+    # _dn's results (the slices' sums of squares added in another order); a warp's k slice is at
+    # most 8 k32 blocks (the kernel traps past that; the launcher's row_warp_fits)
+    warps = block[0] // 32
+    if not (1 <= split <= warps and split & (split - 1) == 0 and -(-K // 32) <= 8 * split):
+        raise ValueError(f"gemv_rmsnorm_bf16_row_dw: K={K} at split {split} puts more than 8 k32 blocks in a warp's "
+                         "slice; launch it via fixedgraph.ops.gemv (FIXEDGRAPH_NORM_DEFER=2 takes _dn there)")
+    _row_deferred("gemv_rmsnorm_bf16_row_dw", mem, grid, block, out, hidden_in, delta, hidden_out, norm_w, w, bias,
+                  rows, N, K, split, eps, mode)
