@@ -583,16 +583,29 @@ gemv_bf16_vec(bf16* __restrict__ out, const bf16* __restrict__ x, const bf16* __
 // between: one entry for both ran 0.6B 1% faster than two (docs/BENCHMARKS.md, session 28).
 // The launcher signals norm + gate_up late: down_proj's launch and its W copy then wait for the
 // MLP's wait instead of landing during o_proj (0.3% faster, sessions 18-19).
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
-gemv_rmsnorm_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
-                      float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
-                      const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
-                      unsigned int split, float eps, unsigned int mode) { FG_KERNEL_BEGIN();
+// gemv_row_entry is that body; DEFER as gemv_rmsnorm_entry's (0 gemv_rmsnorm_bf16_row, 1 _dn, 2 _dw).
+template <int DEFER>
+__device__ __forceinline__ void gemv_row_entry(bf16* out, const float* hidden_in, const bf16* delta, float* hidden_out,
+                                               const bf16* norm_w, const bf16* W, const bf16* bias, uint32_t rows,
+                                               uint32_t N, uint32_t K, uint32_t split, float eps, uint32_t mode) {
   const bool silu = mode & 1u;
   if (silu && (N & 1u)) return;  // gate and up need the same row count (as gemv_rmsnorm_silu_bf16)
-  gemv_rmsnorm_entry<OUT_ROW, true>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
-                                    silu, (mode & 2u) != 0);
+  if (DEFER == 2 && rows != 1u) __trap();  // _dw has no prologue to refuse the launch (the launcher's row path)
+  gemv_rmsnorm_entry<OUT_ROW, true, DEFER>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
+                                           silu, (mode & 2u) != 0);
 }
+
+// The one-row norm GEMV entries, one per DEFER (their parameters, launch rules and mode bits the same).
+#define GEMV_ROW_ENTRY(NAME, DEFER)                                                                              \
+  extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)                                                        \
+  NAME(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,             \
+       float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,             \
+       const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K, unsigned int split,    \
+       float eps, unsigned int mode) { FG_KERNEL_BEGIN();                                                       \
+    gemv_row_entry<DEFER>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps, mode);    \
+  }
+
+GEMV_ROW_ENTRY(gemv_rmsnorm_bf16_row, 0)
 
 // gemv_rmsnorm_bf16_row with the norm deferred (FIXEDGRAPH_NORM_DEFER=1; an A/B entry, off by
 // default): x = bf16(norm_w * h) in shared memory, and each output is (x @ W.T)[n] / rms(h) (+
@@ -600,34 +613,14 @@ gemv_rmsnorm_bf16_row(bf16* __restrict__ out, const float* __restrict__ hidden_i
 // square root and the scaling wait for the multiply instead of the multiply waiting for them
 // (one barrier after h arrives instead of two). Rounding: x is rounded once from w * h where the
 // other entries round h / rms first (add_rmsnorm's points); results agree to ~1 bf16 step.
-// Same parameters, launch rules and mode bits as gemv_rmsnorm_bf16_row.
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
-gemv_rmsnorm_bf16_row_dn(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
-                         float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
-                         const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
-                         unsigned int split, float eps, unsigned int mode) { FG_KERNEL_BEGIN();
-  const bool silu = mode & 1u;
-  if (silu && (N & 1u)) return;
-  gemv_rmsnorm_entry<OUT_ROW, true, 1>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
-                                       silu, (mode & 2u) != 0);
-}
+GEMV_ROW_ENTRY(gemv_rmsnorm_bf16_row_dn, 1)
 
 // gemv_rmsnorm_bf16_row_dn with x built warp by warp (FIXEDGRAPH_NORM_DEFER=2; an A/B entry, off by
 // default): each warp loads and writes only the x of its own k slice (WarpNormX above), so no CTA
 // barrier stands between h's arrival and a warp's first mma; the S warps of a tile sum their
 // slices' squares in the k-split reduce. Same results as _dn up to the order of that sum. Takes
 // launches whose k slice is at most 8 k32 blocks (kblocks <= 8 * split; traps otherwise).
-extern "C" __global__ void __maxnreg__(GEMV_MAX_REGS)
-gemv_rmsnorm_bf16_row_dw(bf16* __restrict__ out, const float* __restrict__ hidden_in, const bf16* __restrict__ delta,
-                         float* __restrict__ hidden_out, const bf16* __restrict__ norm_w, const bf16* __restrict__ W,
-                         const bf16* __restrict__ bias, unsigned int rows, unsigned int N, unsigned int K,
-                         unsigned int split, float eps, unsigned int mode) { FG_KERNEL_BEGIN();
-  const bool silu = mode & 1u;
-  if (silu && (N & 1u)) return;
-  if (rows != 1u) __trap();  // the one-row entry (the launcher's row path)
-  gemv_rmsnorm_entry<OUT_ROW, true, 2>(out, hidden_in, delta, hidden_out, norm_w, W, bias, rows, N, K, split, eps,
-                                       silu, (mode & 2u) != 0);
-}
+GEMV_ROW_ENTRY(gemv_rmsnorm_bf16_row_dw, 2)
 
 // out = (bf16(silu(gate)) * up) @ W.T (+ bias), gate = gate_up[:, :K], up = gate_up[:, K:].
 // Dynamic smem: rows * xs_stride(K) * 2 bytes.

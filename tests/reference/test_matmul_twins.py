@@ -413,23 +413,31 @@ def test_fused_split_knob_rejects_garbage(monkeypatch):
                      preload=9)
 
 
+def _norm_gemv_launches(more: bool = False, **kw):
+    """Qwen3-0.6B's norm + qkv and norm + gate_up + SiLU on one row, then norm + qkv on two rows;
+    ``more``: also a one-row f32-out norm GEMV and 8B's norm + gate_up (K 4096, split 2). kw: the
+    launchers' lean / defer."""
+    from fixedgraph.ops.gemv import gemv_rmsnorm, gemv_rmsnorm_silu
+
+    p = Program("p")
+    args = (Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None)
+    gemv_rmsnorm(p, *args, 1, 4096, 1024, 1e-6, **kw)
+    gemv_rmsnorm_silu(p, *args, 1, 3072, 1024, 1e-6, **kw)
+    gemv_rmsnorm(p, *args, 2, 4096, 1024, 1e-6, **kw)
+    if more:
+        gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6, out_f32=True,
+                     **kw)
+        gemv_rmsnorm_silu(p, *args, 1, 12288, 4096, 1e-6, **kw)
+    return p.launches
+
+
 def test_row_gemvs_share_one_entry():
     """Norm + qkv and norm + gate_up + SiLU on one row both take gemv_rmsnorm_bf16_row (one copy of
     code, gemv.cu) with the generic entries' arguments plus the mode: 0 (bf16 out, signal early)
     and ROW_SILU | ROW_LATE; launches the row path does not fit keep the generic entries."""
-    from fixedgraph.ops.gemv import ROW_LATE, ROW_SILU, gemv_rmsnorm, gemv_rmsnorm_silu
+    from fixedgraph.ops.gemv import ROW_LATE, ROW_SILU
 
-    def launches(lean):
-        p = Program("p")
-        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6,
-                     lean=lean)
-        gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 3072, 1024, 1e-6,
-                          lean=lean)
-        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 2, 4096, 1024, 1e-6,
-                     lean=lean)
-        return p.launches
-
-    row, generic = launches(True), launches(False)
+    row, generic = _norm_gemv_launches(lean=True), _norm_gemv_launches(lean=False)
     assert [l.entry for l in row] == ["gemv_rmsnorm_bf16_row"] * 2 + ["gemv_rmsnorm_bf16"]
     assert [l.entry for l in generic] == ["gemv_rmsnorm_bf16", "gemv_rmsnorm_silu_bf16", "gemv_rmsnorm_bf16"]
     for a, b, mode in zip(row[:2], generic[:2], (0, ROW_SILU | ROW_LATE)):
@@ -443,21 +451,10 @@ def test_norm_defer_knob_takes_the_deferred_row_entries(monkeypatch):
     slice is at most 8 k32 blocks (Qwen3-0.6B's K = 1024 at split 4), _dn where not (8B's gate_up,
     K = 4096 at split 2); launches off the row path (two rows, f32 out) keep the generic entries;
     defer= overrides the knob; other values are refused."""
-    from fixedgraph.ops.gemv import ROW_LATE, ROW_SILU, gemv_rmsnorm, gemv_rmsnorm_silu
+    from fixedgraph.ops.gemv import ROW_LATE, ROW_SILU
 
     def launches(defer=None):
-        p = Program("p")
-        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6,
-                     defer=defer)
-        gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 3072, 1024, 1e-6,
-                          defer=defer)
-        gemv_rmsnorm(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 2, 4096, 1024, 1e-6,
-                     defer=defer)
-        gemv_rmsnorm(p, Ref("o"), Ref("h0"), None, None, Ref("nw"), Ref("w"), None, 1, 4096, 1024, 1e-6,
-                     out_f32=True, defer=defer)
-        gemv_rmsnorm_silu(p, Ref("o"), Ref("h0"), Ref("d"), Ref("h1"), Ref("nw"), Ref("w"), None, 1, 12288, 4096,
-                          1e-6, defer=defer)
-        return p.launches
+        return _norm_gemv_launches(more=True, defer=defer)
 
     monkeypatch.delenv("FIXEDGRAPH_NORM_DEFER", raising=False)
     plain = launches()
