@@ -426,12 +426,15 @@ DEFER_CASES = [  # (name, N, K, silu, delta, hidden_out, bias, defer, split)
     ("gemv_rmsnorm_row_dn_r1_1000x2048_hout_bias", 1000, 2048, False, False, True, True, 1, None),
     # _dw: Qwen3-0.6B's two (split 4: 8 k32 blocks a slice), K tails inside the last k32 block (K =
     # 1000: 31 blocks at split 4, the last 8 elements a zero tail; K = 72 at split 1: the whole row
-    # in one warp, no k-split reduce), split 8 (4 blocks a slice, 8 warps a tile), a partial tile
+    # in one warp, no k-split reduce), split 8 (4 blocks a slice, 8 warps a tile), a partial tile,
+    # and 16-warp CTAs
     ("gemv_rmsnorm_row_dw_r1_4096x1024_delta_hout", 4096, 1024, False, True, True, False, 2, None),
     ("gemv_rmsnorm_silu_row_dw_r1_3072x1024_delta_hout", 6144, 1024, True, True, True, False, 2, None),
     ("gemv_rmsnorm_row_dw_r1_200x1000_delta_hout_bias_split4", 200, 1000, False, True, True, True, 2, 4),
     ("gemv_rmsnorm_silu_row_dw_r1_40x72_hout_split1", 80, 72, True, False, True, False, 2, 1),
     ("gemv_rmsnorm_row_dw_r1_1000x1024_delta_bias_split8", 1000, 1024, False, True, False, True, 2, 8),
+    # 512-thread CTAs at their default split 16: a slice of exactly 8 k32 blocks (K = 4096)
+    ("gemv_rmsnorm_row_dw_r1_128x4096_delta_hout", 128, 4096, False, True, True, False, 2, None),
 ]
 for _c in DEFER_CASES:
     def _register_defer(name=_c[0], N=_c[1], K=_c[2], silu=_c[3], delta=_c[4], hidden_out=_c[5], bias=_c[6],
