@@ -3,7 +3,8 @@
 
     python tools/bench_kernels.py [--json out.json] [--smoke]
 
-GEMV (plain and fused) on the weight shapes of Qwen3-0.6B, Qwen3-8B, Llama-3-8B, Qwen2.5-7B and Qwen3-14B, batch 1;
+GEMV (plain and fused) on the weight shapes of Qwen3-0.6B, Qwen3-8B, Llama-3-8B, Qwen2.5-7B and Qwen3-14B, batch 1
+(``--gemv-defer 0 1 2``: the norm GEMVs under each row entry form of FIXEDGRAPH_NORM_DEFER, side by side);
 paged decode attention at 4k-32k keys (Hkv 8, D 128, GQA 4). Each case is a graph of many
 launches over rotating copies of the operands (more bytes than L2 holds), timed with events;
 the table gives µs per launch, GB/s and the fraction of the copy bandwidth measured in the same
@@ -91,17 +92,18 @@ def fill(arena, name: str, rng) -> None:
 GEMV_KINDS = (("rmsnorm", "plain"), ("plain",), ("rmsnorm_silu", "plain"), ("plain",))
 
 
-def add_gemv(prog: Program, kind: str, w: Ref, N: int, K: int, split: int | None) -> None:
+def add_gemv(prog: Program, kind: str, w: Ref, N: int, K: int, split: int | None, defer: int | None = None) -> None:
     """One launch of ``kind`` (plain | rmsnorm | rmsnorm_silu, N = 2I rows | silu) over weight ``w``
-    [N, K], with bench_gemv's region names for its other operands."""
+    [N, K], with bench_gemv's region names for its other operands. defer: the norm kinds' row entry
+    form (gemv.norm_defer_mode; None: FIXEDGRAPH_NORM_DEFER)."""
     if kind == "plain":
         gemv.gemv(prog, Ref("out"), Ref("x"), w, None, 1, N, K, split=split)
     elif kind == "rmsnorm":
         gemv.gemv_rmsnorm(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1, N, K, 1e-6,
-                          split=split)
+                          split=split, defer=defer)
     elif kind == "rmsnorm_silu":
         gemv.gemv_rmsnorm_silu(prog, Ref("out"), Ref("h0"), Ref("x"), Ref("h1"), Ref("nw"), w, None, 1,
-                               N // 2, K, 1e-6, split=split)
+                               N // 2, K, 1e-6, split=split, defer=defer)
     else:
         gemv.gemv_silu(prog, Ref("out"), Ref("gu"), w, None, 1, N, K, split=split)
 
@@ -125,20 +127,25 @@ def gemv_operands(dev, shapes, rng):
     return arena
 
 
-def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng, splits=(None,)) -> list[dict]:
+def bench_gemv(dev, N: int, K: int, kind: str, smoke: bool, rng, splits=(None,), defers=(None,)) -> list[dict]:
     """One launch kind on one weight shape, timed for each k split in ``splits`` (None: the
-    launcher's choice). kind: plain | rmsnorm | rmsnorm_silu (N = 2I rows) | silu."""
+    launcher's choice) and, for the norm kinds, each row entry form in ``defers`` (None: the
+    knob's; 1 / 2 label their rows _dn / _dw). kind: plain | rmsnorm | rmsnorm_silu (N = 2I
+    rows) | silu."""
     wbytes = N * K * 2
     c = copies_for(wbytes, smoke)
     arena = gemv_operands(dev, [(N, K)] * c, rng)
     out = []
-    for split in splits:
-        prog = Program(f"gemv.{kind}.{N}x{K}.s{split}")
-        for i in range(c):
-            add_gemv(prog, kind, Ref(f"w{i}"), N, K, split)
-        S = prog.launches[0].args[-1 if kind in ("plain", "silu") else -2]
-        out.append({"kernel": f"gemv_{kind}", "shape": f"{N}x{K}", "split": S, "default": split is None,
-                    "bytes": wbytes, **time_program(dev, prog, arena, c, smoke, free=False)})
+    for defer in (defers if kind.startswith("rmsnorm") else (None,)):
+        for split in splits:
+            prog = Program(f"gemv.{kind}.{N}x{K}.s{split}.d{defer}")
+            for i in range(c):
+                add_gemv(prog, kind, Ref(f"w{i}"), N, K, split, defer)
+            a = prog.launches[0]  # its split: before (eps, mode) on the row entries, before eps on the others
+            S = a.args[-1 if kind in ("plain", "silu") else -3 if a.entry in gemv.ROW_ENTRIES else -2]
+            tag = {"gemv_rmsnorm_bf16_row_dn": "_dn", "gemv_rmsnorm_bf16_row_dw": "_dw"}.get(a.entry, "")
+            out.append({"kernel": f"gemv_{kind}{tag}", "shape": f"{N}x{K}", "split": S, "default": split is None,
+                        "bytes": wbytes, "entry": a.entry, **time_program(dev, prog, arena, c, smoke, free=False)})
     if not smoke:
         dev.free(arena.base)
     return out
@@ -757,6 +764,8 @@ def main() -> int:
                     help="hol probe: KiB of copies in flight per CTA (one CTA per SM)")
     ap.add_argument("--gemv-model", choices=tuple(GEMV_SHAPES), help="GEMV shapes of this model only")
     ap.add_argument("--gemv-shape", help="only this GEMV weight shape, NxK (e.g. 1024x2048, under ncu)")
+    ap.add_argument("--gemv-defer", type=int, nargs="+", choices=(0, 1, 2),
+                    help="the norm GEMVs under each FIXEDGRAPH_NORM_DEFER form (0 _row, 1 _dn, 2 _dw where it fits)")
     ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 8192, 16384, 32768],
                     help="attention contexts (e.g. one, under ncu)")
     ap.add_argument("--attn-hq", type=int, default=32,
@@ -785,8 +794,8 @@ def main() -> int:
     rows = []
     if args.smoke:
         rows += bench_gemv(dev, 64, 96, "plain", True, rng, (None, 2))
-        rows += bench_gemv(dev, 64, 96, "rmsnorm", True, rng)
-        rows += bench_gemv(dev, 64, 96, "rmsnorm_silu", True, rng)
+        rows += bench_gemv(dev, 64, 96, "rmsnorm", True, rng, defers=(0, 1, 2))
+        rows += bench_gemv(dev, 64, 96, "rmsnorm_silu", True, rng, defers=(0, 2))
         rows += bench_gemv(dev, 64, 96, "silu", True, rng)
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=2, D=64))
         rows.append(bench_attention(dev, 100, True, rng, Hq=4, Hkv=1, D=64, rows=3))
@@ -868,7 +877,8 @@ def main() -> int:
             if args.gemv_shape and args.gemv_shape != f"{N}x{K}":
                 continue
             for kind in ks:
-                for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K, kind)):
+                for r in bench_gemv(dev, N, K, kind, False, rng, split_candidates(N, K, kind),
+                                    tuple(args.gemv_defer) if args.gemv_defer else (None,)):
                     r["model"] = model
                     rows.append(r)
     heads = dict(Hq=args.attn_hq, D=args.attn_d)  # the GQA group and head dim every attention row times

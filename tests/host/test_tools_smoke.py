@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bench_kernels_programs_run():
     out = subprocess.run([sys.executable, str(ROOT / "tools/bench_kernels.py"), "--smoke"], capture_output=True,
                          text=True, timeout=300)
-    assert out.returncode == 0 and "smoke ok: 40 programs" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "smoke ok: 43 programs" in out.stdout, out.stdout + out.stderr
 
 
 def test_bench_kernels_split_candidates_are_accepted():
