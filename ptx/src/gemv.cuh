@@ -1,7 +1,8 @@
 // Prologues of the fused GEMV entries (gemv.cu): each CTA builds the GEMV's activation x in
 // shared memory from the previous op's output, so the op before the GEMV needs no launch.
 // - rmsnorm: x = bf16(norm_w * bf16(h / sqrt(mean(h^2) + eps))), h = hidden_in + float(delta)
-//   (add_rmsnorm's rounding points, embed_norm.cu);
+//   (add_rmsnorm's rounding points, embed_norm.cu); its deferred form (DEFER below; the entries
+//   gemv_rmsnorm_bf16_row_dn / _dw in gemv.cu): x = bf16(norm_w * h), 1/rms applied to the outputs;
 // - silu:    x = bf16(bf16(silu(gate)) * up) (silu_mul's rounding points, act.cu).
 // Shared x layout: row r at xs + r * xs_stride(K); k in [K, 32 * ceil(K / 32)) holds zeros so
 // the GEMV's k32 blocks need no tail test. Header only; no entries here.
