@@ -150,7 +150,7 @@ struct WarpNormX {
       sum = part[0][warp];
       for (uint32_t j = 1; j < S; ++j) sum += part[0][warp + j];
     }
-    return rsqrtf(__fdividef(sum, (float)K) + eps);
+    return deferred_inv_rms(sum, K, eps);
   }
   __device__ __forceinline__ void value(int, uint32_t, uint32_t, float) {}
 };

@@ -239,13 +239,18 @@ __device__ __forceinline__ void rmsnorm_row_regs(bf16* __restrict__ xs, const fl
 // deep), then MUFU's reciprocal square root and division (~2 ulp of fp32, where the undeferred
 // path's exact forms branch to slow paths). Straight-line: it is inlined at each of the body's
 // store sites, code run cold after the PDL wait (a loop over the warps was ~1.5 KB a site).
+// 1 / sqrt(sum / K + eps) by MUFU (the deferred norms' one formula: _dn's norm_scale, _dw's scale_of).
+__device__ __forceinline__ float deferred_inv_rms(float sum, uint32_t K, float eps) {
+  return rsqrtf(__fdividef(sum, (float)K) + eps);
+}
+
 __device__ __forceinline__ float norm_scale(const float (*red)[GEMV_MAX_WARPS], uint32_t K, float eps) {
   static_assert(GEMV_MAX_WARPS == 16, "norm_scale sums red[0] as four float4s");
   const float4* r4 = reinterpret_cast<const float4*>(red[0]);
   const float4 a = r4[0], b = r4[1], c = r4[2], d = r4[3];
   const float sum = (((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w))) +
                     (((c.x + c.y) + (c.z + c.w)) + ((d.x + d.y) + (d.z + d.w)));
-  return rsqrtf(__fdividef(sum, (float)K) + eps);
+  return deferred_inv_rms(sum, K, eps);
 }
 
 // The lean entries' wide register path (GEMV_NORM_REG_VECS vectors a thread, K > 4 * blockDim:
